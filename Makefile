@@ -1,0 +1,58 @@
+# PopuLoRA — the README's commands. `make run` and `make test` work on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+export HF_HUB_OFFLINE := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+.PHONY: run setup test lint system-deps dockerd dockerd-stop sandbox-image bench bench-quick clean
+
+## run: set everything up, then run the main job
+run: setup
+	$(BIN)/populora verify --demo
+
+## setup: Debian packages, the virtual environment and the package
+setup: system-deps $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+system-deps:
+	@./scripts/system_deps.sh
+
+## test: ruff (format + lint) and pytest, with a Docker engine and the sandbox image
+test: setup
+	@./scripts/dockerd.sh start
+	@./docker/build_image.sh
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	@set +e; $(BIN)/pytest -q; rc=$$?; ./scripts/dockerd.sh stop; exit $$rc
+
+lint: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+dockerd:
+	@./scripts/dockerd.sh start
+
+dockerd-stop:
+	@./scripts/dockerd.sh stop
+
+## sandbox-image: build the docker sandbox image offline
+sandbox-image: dockerd
+	@./docker/build_image.sh
+
+## bench: every benchmark script, full size (bench-quick: the --quick variants)
+bench: setup dockerd sandbox-image
+	$(BIN)/python benchmarks/verifier_throughput.py
+
+bench-quick: setup dockerd sandbox-image
+	$(BIN)/python benchmarks/verifier_throughput.py --quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

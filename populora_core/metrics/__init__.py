@@ -1,0 +1,3 @@
+"""Measurements of problems: complexity of programs, coverage of the problem space."""
+
+from __future__ import annotations

@@ -1,0 +1,50 @@
+"""Complexity of a valid program: AST depth, cyclomatic complexity, LOC, Halstead volume.
+
+Cyclomatic complexity, source lines and Halstead volume come from radon; AST
+depth is the longest root-to-leaf path of Python's own AST.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from radon.metrics import h_visit_ast
+from radon.raw import analyze
+from radon.visitors import ComplexityVisitor
+
+METRIC_NAMES: tuple[str, ...] = ("ast_depth", "cyclomatic", "loc", "halstead")
+
+
+def ast_depth(tree: ast.AST) -> int:
+    """Nodes on the longest root-to-leaf path (iterative: no recursion limit)."""
+    deepest = 0
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
+def complexity_metrics(source: str) -> dict[str, float]:
+    """The four metrics of ``source``; NaN for each that cannot be computed."""
+    nan = float("nan")
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return dict.fromkeys(METRIC_NAMES, nan)
+    metrics = {"ast_depth": float(ast_depth(tree))}
+    try:
+        # Functions and methods summed, module-level branches included (radon's total).
+        metrics["cyclomatic"] = float(max(1, ComplexityVisitor.from_ast(tree).total_complexity))
+    except Exception:  # noqa: BLE001 - radon on odd code must not stop a run
+        metrics["cyclomatic"] = nan
+    try:
+        metrics["loc"] = float(analyze(source).sloc)
+    except Exception:  # noqa: BLE001
+        metrics["loc"] = nan
+    try:
+        metrics["halstead"] = float(h_visit_ast(tree).total.volume)
+    except Exception:  # noqa: BLE001
+        metrics["halstead"] = nan
+    return metrics

@@ -1,0 +1,39 @@
+"""The three task types of code self-play: prompts, parsers, validation, checking."""
+
+from __future__ import annotations
+
+from populora_core.problems.checking import check_answers
+from populora_core.problems.parsing import extract_answer, parse_answer, parse_proposal
+from populora_core.problems.prompts import ASSISTANT_PREFILL, STOP_STRINGS, student_prompt, teacher_prompt
+from populora_core.problems.types import (
+    SEED_PROBLEM,
+    TASK_TYPES,
+    CheckResult,
+    FormatError,
+    Problem,
+    Proposal,
+    TaskType,
+    ValidationResult,
+)
+from populora_core.problems.validation import outputs_equal, validate_proposals
+
+__all__ = [
+    "ASSISTANT_PREFILL",
+    "SEED_PROBLEM",
+    "STOP_STRINGS",
+    "TASK_TYPES",
+    "CheckResult",
+    "FormatError",
+    "Problem",
+    "Proposal",
+    "TaskType",
+    "ValidationResult",
+    "check_answers",
+    "extract_answer",
+    "outputs_equal",
+    "parse_answer",
+    "parse_proposal",
+    "student_prompt",
+    "teacher_prompt",
+    "validate_proposals",
+]

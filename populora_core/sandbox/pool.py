@@ -1,0 +1,217 @@
+"""A pool of sandbox workers: runs a list of jobs and returns results in order.
+
+One thread multiplexes every worker with ``select``: jobs are streamed to each
+worker (a small window in flight, so a worker never waits for the host), and
+results are read back as they come. A worker that exits, breaks the protocol or
+overruns its job's deadline (the job's timeout plus a grace period; the worker
+enforces the timeout itself, so this only catches a hung worker) is stopped and
+replaced. The job it was running is retried once; a second failure is recorded
+as ``sandbox_failure``. Jobs queued behind it are re-sent untouched. No job is
+ever dropped: ``run`` returns exactly one result per job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from populora_core.config import SandboxConfig
+from populora_core.sandbox.backends import Backend, WorkerProcess, get_backend
+from populora_core.sandbox.protocol import Job, Result, decode_result, encode_job
+
+log = logging.getLogger(__name__)
+
+WINDOW_JOBS = 64
+WINDOW_BYTES = 48 * 1024
+MAX_TRIES = 2
+
+
+@dataclass
+class _Slot:
+    """Host-side state of one worker."""
+
+    worker: WorkerProcess
+    out_fd: int
+    in_fd: int
+    rbuf: bytearray = field(default_factory=bytearray)
+    wbuf: bytearray = field(default_factory=bytearray)
+    inflight: deque = field(default_factory=deque)
+    inflight_bytes: int = 0
+    deadline: float = float("inf")
+    jobs_done: int = 0
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    jobs: int = 0
+    worker_restarts: int = 0
+    retries: int = 0
+    sandbox_failures: int = 0
+
+
+class SandboxPool:
+    """Runs jobs across ``config.workers`` sandboxed workers.
+
+    Use as a context manager; workers start on entry (the backend is checked
+    first and raises ``SandboxUnavailable`` with what to do) and stop on exit.
+    """
+
+    def __init__(self, config: SandboxConfig, backend: Backend | None = None) -> None:
+        self.config = config
+        self.backend = backend or get_backend(config)
+        self._slots: list[_Slot] = []
+        self._stats = {"jobs": 0, "worker_restarts": 0, "retries": 0, "sandbox_failures": 0}
+        self._recycle_every = config.docker_recycle_every if self.backend.name == "docker" else None
+
+    @property
+    def stats(self) -> PoolStats:
+        return PoolStats(**self._stats)
+
+    def __enter__(self) -> SandboxPool:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        self.backend.check()
+        self._slots = [self._spawn(i) for i in range(self.config.workers)]
+
+    def close(self) -> None:
+        for slot in self._slots:
+            self.backend.stop(slot.worker)
+        self._slots = []
+
+    def _spawn(self, index: int) -> _Slot:
+        worker = self.backend.start(index)
+        out_fd = worker.proc.stdout.fileno()
+        in_fd = worker.proc.stdin.fileno()
+        os.set_blocking(in_fd, False)
+        return _Slot(worker=worker, out_fd=out_fd, in_fd=in_fd)
+
+    def _restart(self, slot: _Slot) -> _Slot:
+        self.backend.stop(slot.worker)
+        self._stats["worker_restarts"] += 1
+        return self._spawn(slot.worker.index)
+
+    def run(self, jobs: Sequence[Job]) -> list[Result]:
+        """Runs ``jobs``; returns one Result per job, in the same order."""
+        if not self._slots:
+            raise RuntimeError("SandboxPool.run called outside `with SandboxPool(...)` (or before start())")
+        cfg = self.config
+        encoded = [
+            encode_job(
+                i,
+                job,
+                timeout_s=cfg.timeout_s,
+                memory_mb=cfg.memory_mb,
+                max_output_bytes=cfg.max_output_bytes,
+                max_procs=cfg.max_procs,
+            )
+            for i, job in enumerate(jobs)
+        ]
+        limits = [(job.timeout_s or cfg.timeout_s) + cfg.worker_grace_s for job in jobs]
+        results: list[Result | None] = [None] * len(jobs)
+        tries = [0] * len(jobs)
+        pending: deque[int] = deque(range(len(jobs)))
+        remaining = len(jobs)
+
+        def fail(k: int, reason: str) -> None:
+            nonlocal remaining
+            slot = self._slots[k]
+            if slot.inflight:
+                head = slot.inflight.popleft()
+                tries[head] += 1
+                if tries[head] >= MAX_TRIES:
+                    results[head] = Result(status="sandbox_failure", error=reason)
+                    self._stats["sandbox_failures"] += 1
+                    remaining -= 1
+                else:
+                    self._stats["retries"] += 1
+                    pending.appendleft(head)
+                pending.extendleft(reversed(slot.inflight))
+            log.warning("sandbox worker %s replaced: %s", slot.worker.name, reason)
+            self._slots[k] = self._restart(slot)
+
+        while remaining:
+            now = time.monotonic()
+            for k, slot in enumerate(self._slots):
+                if self._recycle_every and slot.jobs_done >= self._recycle_every and not slot.inflight:
+                    self.backend.stop(slot.worker)
+                    self._slots[k] = slot = self._spawn(slot.worker.index)
+                while pending and (
+                    not slot.inflight or (len(slot.inflight) < WINDOW_JOBS and slot.inflight_bytes < WINDOW_BYTES)
+                ):
+                    j = pending.popleft()
+                    if not slot.inflight:
+                        slot.deadline = now + limits[j]
+                    slot.inflight.append(j)
+                    slot.inflight_bytes += len(encoded[j])
+                    slot.wbuf += encoded[j]
+            readers = {s.out_fd: k for k, s in enumerate(self._slots) if s.inflight}
+            writers = {s.in_fd: k for k, s in enumerate(self._slots) if s.wbuf}
+            wait = min((s.deadline for s in self._slots if s.inflight), default=now + 1.0) - now
+            try:
+                r_ready, w_ready, _ = select.select(list(readers), list(writers), [], max(0.0, wait))
+            except InterruptedError:
+                continue
+            for fd in w_ready:
+                k = writers[fd]
+                slot = self._slots[k]
+                try:
+                    n = os.write(fd, slot.wbuf)
+                    del slot.wbuf[:n]
+                except (BrokenPipeError, ConnectionResetError):
+                    slot.wbuf.clear()  # the read side sees EOF and handles it
+                except BlockingIOError:
+                    pass
+            for fd in r_ready:
+                k = readers[fd]
+                slot = self._slots[k]
+                if slot.out_fd != fd:
+                    continue  # replaced during this round
+                try:
+                    chunk = os.read(fd, 1 << 20)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    fail(k, f"worker exited (code {slot.worker.proc.poll()})")
+                    continue
+                slot.rbuf += chunk
+                if b"\n" not in chunk:
+                    continue
+                *lines, tail = slot.rbuf.split(b"\n")
+                slot.rbuf = bytearray(tail)
+                for line in lines:
+                    if not slot.inflight:
+                        break
+                    job_id, result = decode_result(bytes(line))
+                    head = slot.inflight[0]
+                    if job_id != head:
+                        fail(k, f"protocol error: expected result {head}, got {job_id}")
+                        break
+                    slot.inflight.popleft()
+                    slot.inflight_bytes -= len(encoded[head])
+                    slot.jobs_done += 1
+                    results[head] = result
+                    remaining -= 1
+                    if slot.inflight:
+                        slot.deadline = time.monotonic() + limits[slot.inflight[0]]
+            now = time.monotonic()
+            for k, slot in enumerate(self._slots):
+                if slot.inflight and now > slot.deadline:
+                    fail(k, "worker hung past its job's deadline")
+        self._stats["jobs"] += len(jobs)
+        return [r for r in results if r is not None]
+
+
+def run_jobs(config: SandboxConfig, jobs: Sequence[Job]) -> list[Result]:
+    """Starts a pool, runs ``jobs``, stops the pool."""
+    with SandboxPool(config) as pool:
+        return pool.run(jobs)

@@ -1,0 +1,353 @@
+"""The sandbox worker: runs untrusted programs, one forked child per program.
+
+Standard library only: this file is executed by a bare interpreter inside the
+isolation (bubblewrap or a Docker container), never imported by the host.
+
+Protocol: one JSON object per line on stdin (a job), one JSON object per line on
+stdout (its result), in the same order. A job::
+
+    {"id": 7, "code": "def f(x): ...", "expr": "f(3)",
+     "timeout_s": 2.0, "memory_mb": 512, "max_output_bytes": 65536}
+
+``code`` is executed as a module; if ``expr`` is given it is then evaluated in
+the module's namespace and ``repr`` of its value is returned. A result::
+
+    {"id": 7, "status": "ok", "stdout": "...", "value": "9", "error": null,
+     "seconds": 0.0012}
+
+Status is one of ``ok``, ``error`` (an exception or a fatal signal),
+``timeout``, ``memory``, ``output_limit``.
+
+Threat model. The program is hostile. This worker is the inner wall; the outer
+wall (no network, read-only filesystem, own pid namespace, dedicated
+unprivileged uid, no capabilities) is the backend's job. Here, per program:
+a fresh child (fork) with rlimits on CPU, address space, file size, open
+files, processes and core dumps; a fresh temporary working directory; stdin
+from /dev/null; every inherited descriptor above 2 closed, so the job channel
+cannot be forged; a hard wall-clock SIGKILL; a cap on captured output. The
+worker is non-dumpable, so a child cannot ptrace it or read its /proc entries
+(environment, descriptors). With ``--isolated`` (the worker is alone in its pid
+namespace under a non-root uid) every process left after a job, daemonised
+grandchildren included, is killed with ``kill(-1)`` and reaped as subreaper.
+
+What it does not stop: a program may kill this worker (same uid). The host pool
+sees the worker die, replaces it and retries the job once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+STDERR_CAP = 4096
+
+
+def _prctl(option: int, value: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - best effort; the outer wall still holds
+        pass
+
+
+def _child(job: dict, out_w: int, res_w: int, workdir: str) -> None:
+    """Runs in the forked child; never returns."""
+    try:
+        os.setsid()
+        os.chdir(workdir)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        # The result pipe moves to fd 3; everything else above 2 is closed,
+        # the worker's job channel included.
+        os.dup2(res_w, 3)
+        os.closerange(4, 65536)
+        timeout = float(job.get("timeout_s", 2.0))
+        cpu = max(1, int(timeout + 1))
+        mem = int(job.get("memory_mb", 512)) * 1024 * 1024
+        fsize = int(job.get("max_output_bytes", 65536)) * 4
+        for lim, val in (
+            (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+            (resource.RLIMIT_AS, (mem, mem)),
+            (resource.RLIMIT_FSIZE, (fsize, fsize)),
+            (resource.RLIMIT_NOFILE, (32, 32)),
+            (resource.RLIMIT_NPROC, (int(job.get("max_procs", 16)),) * 2),
+            (resource.RLIMIT_CORE, (0, 0)),
+        ):
+            try:
+                resource.setrlimit(lim, val)
+            except (ValueError, OSError):
+                pass
+        sys.stdout = open(1, "w", closefd=False, buffering=1)  # noqa: SIM115
+        sys.stderr = open(2, "w", closefd=False, buffering=1)  # noqa: SIM115
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115
+        sys.setrecursionlimit(int(job.get("recursion_limit", 3000)))
+    except BaseException:  # noqa: BLE001
+        os._exit(70)
+    result: dict = {"status": "ok", "value": None, "error": None}
+    try:
+        scope: dict = {"__name__": "__main__", "__builtins__": __builtins__}
+        exec(compile(job["code"], "<program>", "exec"), scope)  # noqa: S102
+        if job.get("expr"):
+            value = eval(compile(job["expr"], "<expr>", "eval"), scope)  # noqa: S307
+            text = repr(value)
+            if len(text) > int(job.get("max_output_bytes", 65536)):
+                result = {"status": "output_limit", "value": None, "error": "value repr too large"}
+            else:
+                result["value"] = text
+    except MemoryError:
+        result = {"status": "memory", "value": None, "error": "MemoryError"}
+    except RecursionError:
+        result = {"status": "error", "value": None, "error": "RecursionError"}
+    except SystemExit as exc:
+        result = {"status": "error", "value": None, "error": f"SystemExit: {exc.code!r}"[:500]}
+    except BaseException as exc:  # noqa: BLE001
+        try:
+            msg = f"{type(exc).__name__}: {exc}"[:500]
+        except BaseException:  # noqa: BLE001
+            msg = "unprintable exception"
+        result = {"status": "error", "value": None, "error": msg}
+    try:
+        sys.stdout.flush()
+        payload = json.dumps(result).encode()
+        os.write(3, payload)
+    except BaseException:  # noqa: BLE001
+        os._exit(71)
+    os._exit(0)
+
+
+def _drain(pid: int, bufs: dict[int, bytearray], caps: dict[int, int], deadline: float):
+    """Reads the child's pipes until the child is gone, the deadline passes or a cap is hit.
+
+    Returns (outcome, wait status of the child or None). A daemonised
+    grandchild may hold the pipes open after the child exits, so the child's
+    own exit, not EOF, ends the wait.
+    """
+    open_fds = set(bufs)
+    status = None
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return "timeout", status
+        if open_fds:
+            ready, _, _ = select.select(list(open_fds), [], [], min(left, 0.02))
+        else:
+            ready = []
+            time.sleep(min(left, 0.001))
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                open_fds.discard(fd)
+                continue
+            bufs[fd] += chunk
+            if len(bufs[fd]) > caps[fd]:
+                return "output_limit", status
+        if not ready or not open_fds:
+            got, st = os.waitpid(pid, os.WNOHANG)
+            if got == pid:
+                status = st
+                for fd in list(open_fds):  # what is already in the pipe
+                    while select.select([fd], [], [], 0)[0]:
+                        chunk = os.read(fd, 65536)
+                        if not chunk:
+                            break
+                        bufs[fd] += chunk
+                        if len(bufs[fd]) > caps[fd]:
+                            return "output_limit", status
+                return "done", status
+
+
+def _kill_leftovers(pid: int, isolated: bool) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    if isolated:
+        # Alone in our pid namespace as a non-root uid: this reaches every
+        # process the program left behind (setsid'd grandchildren too) and
+        # spares only ourselves and the namespace's init.
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _reap(pid: int, status: int | None) -> int | None:
+    """Waits for the killed child (unless already reaped) and collects any orphans."""
+    if status is None:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            status = None
+    while True:
+        try:
+            got, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if got == 0:
+            break
+    return status
+
+
+def _make_workdir() -> str:
+    # Not tempfile: it pulls in hashlib and OpenSSL, and every page the worker
+    # maps makes each fork slower. Names only need to be unique per worker.
+    global _JOB_COUNTER
+    _JOB_COUNTER += 1
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"populora-job-{os.getpid()}-{_JOB_COUNTER}")
+    os.mkdir(path, 0o700)
+    return path
+
+
+def _remove_tree(path: str) -> None:
+    """rm -rf without following symlinks; never raises."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        entries = []
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                _remove_tree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+_JOB_COUNTER = 0
+
+
+def run_job(job: dict, *, isolated: bool) -> dict:
+    """Runs one job in a forked child and returns its result record."""
+    started = time.perf_counter()
+    timeout = float(job.get("timeout_s", 2.0))
+    max_out = int(job.get("max_output_bytes", 65536))
+    workdir = _make_workdir()
+    out_r, out_w = os.pipe()
+    res_r, res_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(out_r)
+        os.close(res_r)
+        _child(job, out_w, res_w, workdir)
+    os.close(out_w)
+    os.close(res_w)
+    bufs = {out_r: bytearray(), res_r: bytearray()}
+    caps = {out_r: max_out, res_r: max_out + 4096}
+    outcome, wait_status = _drain(pid, bufs, caps, time.monotonic() + timeout)
+    _kill_leftovers(pid, isolated)
+    wait_status = _reap(pid, wait_status)
+    os.close(out_r)
+    os.close(res_r)
+    _remove_tree(workdir)
+    stdout = bytes(bufs[out_r][:max_out]).decode("utf-8", "replace")
+    result = {"id": job.get("id"), "status": "ok", "stdout": stdout, "value": None, "error": None}
+    if outcome in ("timeout", "output_limit"):
+        result["status"] = outcome
+    else:
+        try:
+            reported = json.loads(bytes(bufs[res_r]).decode()) if bufs[res_r] else None
+        except ValueError:
+            reported = None
+        if isinstance(reported, dict) and reported.get("status") in ("ok", "error", "memory", "output_limit"):
+            result.update(status=reported["status"], value=reported.get("value"), error=reported.get("error"))
+        else:
+            result.update(status="error", error=_describe_exit(wait_status))
+        if wait_status is not None and os.WIFSIGNALED(wait_status):
+            sig = os.WTERMSIG(wait_status)
+            if sig == signal.SIGXCPU:
+                result.update(status="timeout", value=None, error="cpu time limit")
+            elif sig == signal.SIGXFSZ:
+                result.update(status="output_limit", value=None, error="file size limit")
+            elif result["status"] == "ok":
+                result.update(status="error", value=None, error=_describe_exit(wait_status))
+    result["seconds"] = round(time.perf_counter() - started, 6)
+    return result
+
+
+def _describe_exit(wait_status: int | None) -> str:
+    if wait_status is None:
+        return "child vanished"
+    if os.WIFSIGNALED(wait_status):
+        sig = os.WTERMSIG(wait_status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        return f"killed by signal {name}"
+    return f"exited with code {os.WEXITSTATUS(wait_status)} without a result"
+
+
+_WARMUP_SOURCE = """
+def f(a, b=2, *args, **kw):
+    out = [x * b for x in range(a) if x % 2 == 0]
+    d = {k: v for k, v in zip("abc", out)}
+    while a > 0:
+        a -= 1
+        if a in d or not out:
+            break
+    try:
+        return sorted(set(out)), d, (lambda z: z + 1)(a), f"{a!r}"
+    except Exception as exc:
+        raise ValueError("x") from exc
+"""
+
+
+def _warm_compiler() -> None:
+    # The first compile in a process allocates the parser's memory; done once
+    # here, every forked child reuses it instead of faulting it in (~1 ms/job).
+    for _ in range(3):
+        compile(_WARMUP_SOURCE, "<warmup>", "exec")
+        compile("f(3, [1, 2], {'a': (1.5, None)})", "<warmup>", "eval")
+
+
+def main(argv: list[str]) -> int:
+    isolated = "--isolated" in argv
+    if isolated and os.getuid() == 0:
+        print("worker: --isolated refuses to run as root", file=sys.stderr)
+        return 2
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        # A fixed hash seed makes set orders the same in every worker, so gold
+        # outputs and answers agree; the backend must start us with it.
+        print("worker: start me with PYTHONHASHSEED=0", file=sys.stderr)
+        return 2
+    _prctl(PR_SET_DUMPABLE, 0)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    _warm_compiler()
+    keep = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+    os.environ.clear()
+    os.environ.update(keep)
+    out = sys.stdout.buffer
+    for line in sys.stdin.buffer:
+        if not line.strip():
+            continue
+        try:
+            job = json.loads(line)
+        except ValueError:
+            job = None
+        if not isinstance(job, dict) or not isinstance(job.get("code"), str):
+            result = {"id": None, "status": "error", "stdout": "", "value": None,
+                      "error": "malformed job", "seconds": 0.0}  # fmt: skip
+        else:
+            result = run_job(job, isolated=isolated)
+        out.write(json.dumps(result).encode() + b"\n")
+        out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

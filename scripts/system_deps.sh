@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages PopuLoRA needs (bubblewrap for the local sandbox,
+# docker.io for the docker sandbox, Debian's python3.11 as the interpreter inside
+# both). Does nothing when they are already there.
+set -euo pipefail
+need=()
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
+command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+[ -x /usr/bin/python3.11 ] || need+=(python3.11)
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+  echo "system_deps: missing ${need[*]}; run 'sudo apt-get install -y ${need[*]}'" >&2
+  exit 1
+fi
+echo "system_deps: installing ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
