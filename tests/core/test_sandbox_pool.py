@@ -1,0 +1,92 @@
+"""The pool API: order, retries, replacement of dead or hung workers, no lost jobs."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from populora_core.config import SandboxConfig
+from populora_core.sandbox import Job, SandboxPool, SandboxUnavailable, run_jobs
+
+
+def test_results_come_back_in_order(local_pool):
+    jobs = [Job(code=f"print({i})", expr=f"{i} * 2") for i in range(300)]
+    results = local_pool.run(jobs)
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(300)]
+    assert [r.value for r in results] == [str(i * 2) for i in range(300)]
+    assert all(r.status == "ok" and r.seconds > 0 for r in results)
+
+
+def test_no_job_is_lost_when_workers_die(local_pool):
+    killer = Job(code="import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n")
+    jobs = [killer if i % 25 == 7 else Job(code="", expr=str(i)) for i in range(100)]
+    before = local_pool.stats
+    results = local_pool.run(jobs)
+    assert len(results) == 100
+    for i, r in enumerate(results):
+        if i % 25 == 7:
+            assert r.status == "sandbox_failure"
+        else:
+            assert (r.status, r.value) == ("ok", str(i))
+    after = local_pool.stats
+    assert after.worker_restarts - before.worker_restarts == 8  # 4 killers, each run twice
+    assert after.retries - before.retries == 4
+
+
+def test_hung_worker_is_replaced_and_job_retried_once():
+    config = SandboxConfig(workers=1, timeout_s=0.5, worker_grace_s=0.5)
+    stopper = Job(code="import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n")
+    with SandboxPool(config) as pool:
+        results = pool.run([stopper, Job(code="", expr="6 * 7")])
+        assert results[0].status == "sandbox_failure"
+        assert "hung" in (results[0].error or "")
+        assert (results[1].status, results[1].value) == ("ok", "42")
+        assert pool.stats.worker_restarts == 2
+
+
+def test_limits_per_job_override_the_defaults(local_pool):
+    slow = "import math\nx = 0\nfor i in range(3 * 10 ** 7):\n    x += 1\n"
+    (short,) = local_pool.run([Job(code=slow, timeout_s=0.2)])
+    assert short.status == "timeout"
+    (small,) = local_pool.run([Job(code="x = bytearray(200 * 1024 ** 2)", memory_mb=128)])
+    assert small.status == "memory"
+
+
+def test_gold_values_of_known_programs(local_pool):
+    jobs = [
+        Job(code="def f(s):\n    return s[::-1]\n", expr="f('abc')"),
+        Job(code="def f(xs):\n    return sorted(set(xs))\n", expr="f([3, 1, 3, 2])"),
+        Job(code="def f(d):\n    return {k: v * 2 for k, v in d.items()}\n", expr="f({'a': 1})"),
+        Job(code="def f():\n    return {'b', 'a', 'c'}\n", expr="f()"),
+    ]
+    values = [r.value for r in local_pool.run(jobs)]
+    assert values[:3] == ["'cba'", "[1, 2, 3]", "{'a': 2}"]
+    # PYTHONHASHSEED=0 in every worker: set order is the same everywhere.
+    again = [r.value for r in local_pool.run([jobs[3]] * 6)]
+    assert set(again) == {values[3]}
+
+
+def test_missing_interpreter_raises_with_instructions():
+    with pytest.raises(SandboxUnavailable, match=r"python3\.11"):
+        run_jobs(SandboxConfig(python="/nonexistent/python3"), [Job(code="")])
+
+
+def test_docker_without_image_raises_with_instructions():
+    config = SandboxConfig(backend="docker", docker_image="populora-sandbox:does-not-exist")
+    with pytest.raises(SandboxUnavailable, match="make"):
+        run_jobs(config, [Job(code="")])
+
+
+def test_unsafe_backend_warns_on_every_start(caplog):
+    config = SandboxConfig(backend="unsafe-subprocess", workers=2)
+    with caplog.at_level(logging.WARNING), SandboxPool(config) as pool:
+        (result,) = pool.run([Job(code="", expr="1 + 1")])
+    assert result.value == "2"
+    warnings = [r for r in caplog.records if "unsafe-subprocess" in r.getMessage()]
+    assert len(warnings) == 2
+
+
+def test_run_outside_context_is_an_error():
+    with pytest.raises(RuntimeError, match="with SandboxPool"):
+        SandboxPool(SandboxConfig()).run([Job(code="")])
