@@ -124,45 +124,60 @@ def _child(job: dict, out_w: int, res_w: int, workdir: str) -> None:
     os._exit(0)
 
 
+def _read_into(fd: int, buf: bytearray, cap: int) -> bool | None:
+    """One read: True on data, False on EOF, None when the cap is passed."""
+    chunk = os.read(fd, 65536)
+    if not chunk:
+        return False
+    buf += chunk
+    return None if len(buf) > cap else True
+
+
 def _drain(pid: int, bufs: dict[int, bytearray], caps: dict[int, int], deadline: float):
-    """Reads the child's pipes until the child is gone, the deadline passes or a cap is hit.
+    """Reads the child's pipes until the child exits, the deadline passes or a cap is hit.
 
     Returns (outcome, wait status of the child or None). A daemonised
     grandchild may hold the pipes open after the child exits, so the child's
-    own exit, not EOF, ends the wait.
+    exit, not EOF, ends the wait: a pidfd (readable once the child exits) sits
+    in the same select; without pidfd support the child is polled.
     """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
     open_fds = set(bufs)
-    status = None
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return "timeout", status
-        if open_fds:
-            ready, _, _ = select.select(list(open_fds), [], [], min(left, 0.02))
-        else:
-            ready = []
-            time.sleep(min(left, 0.001))
-        for fd in ready:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                open_fds.discard(fd)
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout", None
+            watch = [*open_fds, pidfd] if pidfd is not None else list(open_fds)
+            poll = left if pidfd is not None else min(left, 0.005)
+            ready = select.select(watch, [], [], poll)[0] if watch else []
+            for fd in ready:
+                if fd == pidfd:
+                    continue
+                got = _read_into(fd, bufs[fd], caps[fd])
+                if got is None:
+                    return "output_limit", None
+                if not got:
+                    open_fds.discard(fd)
+            if pidfd is not None and pidfd not in ready and open_fds:
                 continue
-            bufs[fd] += chunk
-            if len(bufs[fd]) > caps[fd]:
-                return "output_limit", status
-        if not ready or not open_fds:
-            got, st = os.waitpid(pid, os.WNOHANG)
-            if got == pid:
-                status = st
-                for fd in list(open_fds):  # what is already in the pipe
-                    while select.select([fd], [], [], 0)[0]:
-                        chunk = os.read(fd, 65536)
-                        if not chunk:
-                            break
-                        bufs[fd] += chunk
-                        if len(bufs[fd]) > caps[fd]:
-                            return "output_limit", status
-                return "done", status
+            got_pid, status = os.waitpid(pid, os.WNOHANG)
+            if got_pid != pid:
+                continue
+            for fd in open_fds:  # what the child wrote before exiting
+                while select.select([fd], [], [], 0)[0]:
+                    got = _read_into(fd, bufs[fd], caps[fd])
+                    if got is None:
+                        return "output_limit", status
+                    if not got:
+                        break
+            return "done", status
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def _kill_leftovers(pid: int, isolated: bool) -> None:
