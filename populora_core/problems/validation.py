@@ -20,7 +20,9 @@ from populora_core.problems.static import check_expression, check_program
 from populora_core.problems.types import FormatError, Problem, Proposal, TaskType, ValidationResult
 from populora_core.sandbox import Job, Result, SandboxPool
 
-RUNS_PER_INPUT = 2
+RUN_SALTS = (0, 977)
+"""Two runs per input; the second shifts object addresses (see Job.salt), so
+output that depends on id() or default hashes shows up as non-determinism."""
 
 
 def literal_value(text: str, max_chars: int = 100_000) -> tuple[bool, object]:
@@ -105,8 +107,11 @@ def validate_proposals(
             continue
         per_input = []
         for inp in proposal.inputs:
-            per_input.append((len(jobs), RUNS_PER_INPUT))
-            jobs += [Job(code=proposal.program, expr=f"f({inp}\n)", timeout_s=config.timeout_s)] * RUNS_PER_INPUT
+            per_input.append((len(jobs), len(RUN_SALTS)))
+            jobs += [
+                Job(code=proposal.program, expr=f"f({inp}\n)", timeout_s=config.timeout_s, salt=salt)
+                for salt in RUN_SALTS
+            ]
         plans.append(per_input)
     results = pool.run(jobs) if jobs else []
 

@@ -24,6 +24,9 @@ class Job:
     timeout_s: float | None = None
     memory_mb: int | None = None
     max_output_bytes: int | None = None
+    salt: int = 0
+    """Non-zero: the worker allocates this many objects before running the
+    program, so object addresses (id, default hash) differ from an unsalted run."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ def encode_job(
         "memory_mb": job.memory_mb if job.memory_mb is not None else memory_mb,
         "max_output_bytes": job.max_output_bytes if job.max_output_bytes is not None else max_output_bytes,
         "max_procs": max_procs,
+        "salt": job.salt,
     }
     return json.dumps(record).encode() + b"\n"
 

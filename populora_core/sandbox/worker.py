@@ -92,6 +92,11 @@ def _child(job: dict, out_w: int, res_w: int, workdir: str) -> None:
         sys.setrecursionlimit(int(job.get("recursion_limit", 3000)))
     except BaseException:  # noqa: BLE001
         os._exit(70)
+    # A salt shifts where the program's objects land in memory: forks of one
+    # worker otherwise give identical addresses, and a second run with a salt
+    # is how validation catches programs whose output depends on id()/hash().
+    salt = int(job.get("salt") or 0)
+    ballast = [object() for _ in range(salt)], bytearray(salt * 8)  # noqa: F841 - kept alive on purpose
     result: dict = {"status": "ok", "value": None, "error": None}
     try:
         scope: dict = {"__name__": "__main__", "__builtins__": __builtins__}

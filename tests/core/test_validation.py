@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from populora_core.config import ProblemsConfig
+from populora_core.config import ProblemsConfig, SandboxConfig
 from populora_core.problems import Proposal, validate_proposals
 from populora_core.problems.static import check_program
+from populora_core.sandbox import SandboxPool
 
 
 def proposal(program: str, *inputs: str, message: str = "") -> Proposal:
@@ -62,12 +63,17 @@ def test_gold_outputs_come_from_execution(local_pool, problems_config):
     assert results[0].problem.problem_id.startswith("code_o-")
 
 
-def test_non_deterministic_programs_are_rejected(local_pool, problems_config):
+def test_non_deterministic_programs_are_rejected(problems_config):
+    # One worker: both runs are forks of the same process, where addresses
+    # would repeat without the salted second run.
     items = [
         ("code_o", proposal("def f(x):\n    return id(object()) + x", "1")),
-        ("code_o", proposal("def f(x):\n    return hash(object()) % 97", "1")),
+        ("code_o", proposal("def f(x):\n    return hash(object()) % 9973", "1")),
+        ("code_o", proposal("def f(x):\n    return [str(o)[-6:] for o in {object(), object(), object()}]", "1")),
     ]
-    assert [r.reason for r in validate_proposals(items, local_pool, problems_config)] == ["non-deterministic"] * 2
+    with SandboxPool(SandboxConfig(workers=1)) as pool:
+        reasons = [r.reason for r in validate_proposals(items, pool, problems_config)]
+    assert reasons == ["non-deterministic"] * 3
 
 
 def test_invalid_runs_are_rejected_with_the_reason(local_pool, problems_config):
