@@ -28,7 +28,8 @@ def docker_ready(image: str) -> str | None:
     return None if ok.returncode == 0 else f"docker engine or image {image} unavailable (make dockerd sandbox-image)"
 
 
-def _pool(backend: str, **overrides):
+def start_pool(backend: str, **overrides) -> SandboxPool:
+    """A started pool; docker is skipped where no engine runs, except in CI."""
     config = SandboxConfig(backend=backend, **overrides)
     if backend == "docker":
         why = docker_ready(config.docker_image)
@@ -48,7 +49,7 @@ def _pool(backend: str, **overrides):
 
 @pytest.fixture(scope="session")
 def local_pool():
-    pool = _pool("local", workers=2, timeout_s=2.0)
+    pool = start_pool("local", workers=2, timeout_s=2.0)
     yield pool
     pool.close()
 
@@ -56,7 +57,7 @@ def local_pool():
 @pytest.fixture(scope="session", params=["local", pytest.param("docker", marks=pytest.mark.docker)])
 def single_pool(request):
     """One worker per backend, so consecutive jobs run in the same sandbox."""
-    pool = _pool(request.param, workers=1, timeout_s=1.5, worker_grace_s=2.0)
+    pool = start_pool(request.param, workers=1, timeout_s=1.5, worker_grace_s=2.0)
     yield pool
     pool.close()
 

@@ -216,6 +216,10 @@ class LocalBackend:
         _kill_popen(worker.proc)
 
 
+def _docker(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=30, check=False)
+
+
 class DockerBackend:
     """A pool of long-lived hardened containers, one worker each."""
 
@@ -233,25 +237,13 @@ class DockerBackend:
                 "sandbox backend 'docker' needs the docker CLI and engine: "
                 "`apt-get install -y docker.io` (or `make system-deps`), then `make dockerd`"
             )
-        info = subprocess.run(
-            ["docker", "info", "--format", "{{.ServerVersion}}"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        info = _docker("info", "--format", "{{.ServerVersion}}")
         if info.returncode != 0:
             raise SandboxUnavailable(
                 "sandbox backend 'docker': no Docker engine answers "
                 f"({info.stderr.strip()[:200]}). Start one with `make dockerd`"
             )
-        image = subprocess.run(
-            ["docker", "image", "inspect", self.config.docker_image],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        image = _docker("image", "inspect", self.config.docker_image)
         if image.returncode != 0:
             raise SandboxUnavailable(
                 f"sandbox backend 'docker': image {self.config.docker_image!r} is missing. "
@@ -280,9 +272,9 @@ class DockerBackend:
 
     def stop(self, worker: WorkerProcess) -> None:
         # Killing the CLI client stops nothing: kill the container by name.
-        subprocess.run(["docker", "kill", worker.name], capture_output=True, timeout=30, check=False)
+        _docker("kill", worker.name)
         _kill_popen(worker.proc)
-        subprocess.run(["docker", "rm", "-f", worker.name], capture_output=True, timeout=30, check=False)
+        _docker("rm", "-f", worker.name)
 
 
 class UnsafeSubprocessBackend:

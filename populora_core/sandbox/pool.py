@@ -100,6 +100,14 @@ class SandboxPool:
         self._stats["worker_restarts"] += 1
         return self._spawn(slot.worker.index)
 
+    def _has_room(self, slot: _Slot) -> bool:
+        """Whether one more job may be sent to ``slot`` now."""
+        if self._recycle_every and slot.jobs_done + len(slot.inflight) >= self._recycle_every:
+            return False  # the rest goes to this worker's successor
+        if not slot.inflight:
+            return True
+        return len(slot.inflight) < WINDOW_JOBS and slot.inflight_bytes < WINDOW_BYTES
+
     def run(self, jobs: Sequence[Job]) -> list[Result]:
         """Runs ``jobs``; returns one Result per job, in the same order."""
         if not self._slots:
@@ -145,9 +153,7 @@ class SandboxPool:
                 if self._recycle_every and slot.jobs_done >= self._recycle_every and not slot.inflight:
                     self.backend.stop(slot.worker)
                     self._slots[k] = slot = self._spawn(slot.worker.index)
-                while pending and (
-                    not slot.inflight or (len(slot.inflight) < WINDOW_JOBS and slot.inflight_bytes < WINDOW_BYTES)
-                ):
+                while pending and self._has_room(slot):
                     j = pending.popleft()
                     if not slot.inflight:
                         slot.deadline = now + limits[j]

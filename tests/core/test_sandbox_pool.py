@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import subprocess
 
 import pytest
 
 from populora_core.config import SandboxConfig
 from populora_core.sandbox import Job, SandboxPool, SandboxUnavailable, run_jobs
+from tests.conftest import start_pool
 
 
 def test_results_come_back_in_order(local_pool):
@@ -34,15 +36,36 @@ def test_no_job_is_lost_when_workers_die(local_pool):
     assert after.retries - before.retries == 4
 
 
-def test_hung_worker_is_replaced_and_job_retried_once():
-    config = SandboxConfig(workers=1, timeout_s=0.5, worker_grace_s=0.5)
+@pytest.mark.parametrize("backend", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+def test_hung_worker_is_replaced_and_job_retried_once(backend):
+    pool = start_pool(backend, workers=1, timeout_s=0.5, worker_grace_s=0.5)
     stopper = Job(code="import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n")
-    with SandboxPool(config) as pool:
+    try:
         results = pool.run([stopper, Job(code="", expr="6 * 7")])
         assert results[0].status == "sandbox_failure"
         assert "hung" in (results[0].error or "")
         assert (results[1].status, results[1].value) == ("ok", "42")
         assert pool.stats.worker_restarts == 2
+        if backend == "docker":  # the hung containers were killed by name, not left running
+            names = subprocess.run(
+                ["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True
+            ).stdout
+            tag = pool.backend.run_tag
+            assert f"{tag}-0-1" not in names and f"{tag}-0-2" not in names
+    finally:
+        pool.close()
+
+
+@pytest.mark.docker
+def test_docker_containers_are_recycled():
+    pool = start_pool("docker", workers=1, docker_recycle_every=3)
+    try:
+        results = pool.run([Job(code="import socket", expr="socket.gethostname()") for _ in range(9)])
+    finally:
+        pool.close()
+    hosts = [r.value for r in results]
+    assert all(r.status == "ok" for r in results)
+    assert hosts[0] == hosts[2] and len(set(hosts)) == 3
 
 
 def test_limits_per_job_override_the_defaults(local_pool):
