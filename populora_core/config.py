@@ -153,9 +153,99 @@ class ProblemsConfig(_Frozen):
         return self
 
 
+DEFAULT_TARGET_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+OperatorName = Literal["M1", "M2", "M3", "M4", "X1", "X2", "X3", "X4"]
+
+
+class PopulationConfig(_Frozen):
+    """Who is in the population and what their adapters look like."""
+
+    teachers: int = Field(4, ge=1, le=256)
+    """Adapters in the teacher (proposer) role."""
+    students: int = Field(4, ge=1, le=256)
+    """Adapters in the student (solver) role."""
+    single_agent: bool = False
+    """Baseline: one adapter in both roles, solving its own problems (Absolute
+    Zero Reasoner with LoRA). Requires teachers = students = 1."""
+    rank: int = Field(32, ge=1, le=512)
+    """LoRA rank r of every member."""
+    alpha: float = Field(64.0, gt=0)
+    """LoRA α; ΔW = (α / r)·B·A."""
+    target_modules: tuple[str, ...] = DEFAULT_TARGET_MODULES
+    """Module names (last path component) that carry LoRA factors."""
+    init: Literal["gaussian_b", "peft"] = "gaussian_b"
+    """`peft`: A Kaiming-uniform, B = 0, so every member starts identical (ΔW = 0).
+    `gaussian_b` (default): A as peft, B ~ N(0, init_b_std²), so members differ from
+    the start by a small, seeded ΔW."""
+    init_b_std: float = Field(1e-3, ge=0)
+    """Standard deviation of B under `gaussian_b`."""
+
+    @model_validator(mode="after")
+    def _check(self) -> PopulationConfig:
+        if self.single_agent and (self.teachers, self.students) != (1, 1):
+            raise ValueError(
+                f"population.single_agent needs teachers = students = 1 (got {self.teachers} + {self.students}): "
+                "one adapter plays both roles"
+            )
+        if not self.target_modules:
+            raise ValueError("population.target_modules must name at least one module")
+        return self
+
+
+class RatingConfig(_Frozen):
+    """TrueSkill ratings and matchmaking."""
+
+    mu: float = 25.0
+    """Initial μ of every member."""
+    sigma: float = Field(25.0 / 3, gt=0)
+    """Initial σ of every member."""
+    beta: float = Field(25.0 / 6, gt=0)
+    """Performance noise: the skill gap that gives a ~76% win chance."""
+    tau: float = Field(25.0 / 300, ge=0)
+    """Dynamics: σ grows by this much before every match, so ratings keep moving."""
+    win_threshold: float = Field(0.5, ge=0, lt=1)
+    """A student wins a problem when its solve rate ρ exceeds this; else the teacher wins."""
+    students_per_teacher: int = Field(1, ge=1)
+    """Opponents drawn for each teacher per generation (every student plays at least once)."""
+    pairing_floor: float = Field(0.1, ge=0, le=1)
+    """Share of the pairing probability spread uniformly, so nobody is starved."""
+    quality_power: float = Field(1.0, ge=0)
+    """Pairing weight ∝ (match quality)^power; 0 is uniform."""
+
+
+class EvolutionConfig(_Frozen):
+    """Replacement of the weakest members by children made in LoRA weight space."""
+
+    every_k: int = Field(2, ge=1)
+    """Evolve after every k-th generation."""
+    replace_fraction: float = Field(0.25, ge=0, lt=1)
+    """Bottom fraction of each sub-population replaced (at least one member when > 0)."""
+    parent_fraction: float = Field(0.5, gt=0, le=1)
+    """Top fraction of each sub-population that parents are drawn from."""
+    operator_mix: dict[OperatorName, float] = Field(
+        default_factory=lambda: {"M1": 1.0, "M2": 1.0, "M3": 1.0, "M4": 1.0, "X1": 1.0, "X2": 1.0, "X3": 1.0, "X4": 1.0}
+    )
+    """Relative weights of the operators a child is made with."""
+    operator_params: dict[OperatorName, dict[str, float]] = Field(default_factory=dict)
+    """Per-operator settings, e.g. {"M1": {"sigma": 0.2}}; defaults are the operators' own."""
+    child_sigma_boost: float = Field(1.0, ge=0)
+    """A child starts at μ = mean of its parents' μ and σ = min(σ₀, max parent σ + boost)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> EvolutionConfig:
+        if not self.operator_mix or sum(self.operator_mix.values()) <= 0:
+            raise ValueError("evolution.operator_mix needs at least one operator with a positive weight")
+        if any(w < 0 for w in self.operator_mix.values()):
+            raise ValueError(f"evolution.operator_mix weights must be >= 0, got {self.operator_mix}")
+        return self
+
+
 class RunConfig(_Frozen):
     """A whole run; each field is one component's settings."""
 
     seed: int = 0
     sandbox: SandboxConfig = SandboxConfig()
     problems: ProblemsConfig = ProblemsConfig()
+    population: PopulationConfig = PopulationConfig()
+    rating: RatingConfig = RatingConfig()
+    evolution: EvolutionConfig = EvolutionConfig()
