@@ -50,9 +50,11 @@ sandbox-image: dockerd
 ## bench: every benchmark script, full size (bench-quick: the --quick variants)
 bench: setup dockerd sandbox-image
 	$(BIN)/python benchmarks/verifier_throughput.py
+	$(BIN)/python benchmarks/evolution_operators.py --repeats 5
 
 bench-quick: setup dockerd sandbox-image
 	$(BIN)/python benchmarks/verifier_throughput.py --quick
+	$(BIN)/python benchmarks/evolution_operators.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

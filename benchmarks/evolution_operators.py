@@ -69,11 +69,11 @@ def peft_merge_seconds(
         linear = torch.nn.Linear(d_in, d_out, bias=False, device="meta").to_empty(device="cpu")
         parent.add_module(name.split(".")[-1], linear)
     config = LoraConfig(r=a.rank, lora_alpha=a.alpha, target_modules=module_types, lora_dropout=0.0)
-    model = get_peft_model(root, config, adapter_name="a")
-    model.add_adapter("b", config)
+    model = get_peft_model(root, config, adapter_name="first")
+    model.add_adapter("second", config)
     modules = dict(model.base_model.model.named_modules())
     for name in names:
-        for adapter_name, adapter in (("a", a), ("b", b)):
+        for adapter_name, adapter in (("first", a), ("second", b)):
             modules[name].lora_A[adapter_name].weight.data.copy_(adapter.modules[name].A)
             modules[name].lora_B[adapter_name].weight.data.copy_(adapter.modules[name].B)
     # Time each module type on its own: PEFT merges module by module.
@@ -102,7 +102,7 @@ def _merge_subset(model, subset: list[str], combination: str, new_name: str) -> 
 
     lora_model.model.named_modules = named_modules
     try:
-        lora_model.add_weighted_adapter(["a", "b"], [0.5, 0.5], new_name, combination_type=combination, **kwargs)
+        lora_model.add_weighted_adapter(["first", "second"], [0.5, 0.5], new_name, combination_type=combination, **kwargs)
     finally:
         del lora_model.model.named_modules
 

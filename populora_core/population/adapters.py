@@ -30,6 +30,7 @@ import pandas as pd
 import torch
 from safetensors.torch import load_file, save_file
 
+from populora_core.artifacts import write_parquet_atomic
 from populora_core.config import PopulationConfig, RatingConfig
 from populora_core.population.lora import LoraAdapter, LoraFactors
 from populora_core.seeding import torch_generator
@@ -264,7 +265,7 @@ def save_population(
                 old = Path(carry_optimizer_from) / m.adapter_id / OPTIMIZER_STATE
                 if old.exists():
                     shutil.copy2(old, tmp / m.adapter_id / OPTIMIZER_STATE)
-        members_frame(members, generation).to_parquet(tmp / POPULATION_TABLE, index=False)
+        write_parquet_atomic(members_frame(members, generation), tmp / POPULATION_TABLE)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)

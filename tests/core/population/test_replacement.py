@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 
+from populora_core.artifacts import write_parquet_atomic
 from populora_core.config import EvolutionConfig, RatingConfig
 from populora_core.population.adapters import Member
 from populora_core.population.replacement import evolve, is_evolution_generation, plan_replacements
@@ -28,7 +30,7 @@ def test_replacement_picks_the_lowest_conservative_ranks():
         assert not {parent.adapter_id for parent in plan.parents} & replaced
 
 
-def test_evolve_writes_lineage_and_rates_children_by_the_rule():
+def test_evolve_writes_lineage_and_rates_children_by_the_rule(tmp_path):
     members, adapters = population()
     config = EvolutionConfig(replace_fraction=0.25, child_sigma_boost=1.0)
     new_members, new_adapters, lineage = evolve(members, adapters, config, RatingConfig(), 3, run_seed=0)
@@ -47,6 +49,10 @@ def test_evolve_writes_lineage_and_rates_children_by_the_rule():
     assert len(new_members) == len(members)
     again = evolve(members, adapters, config, RatingConfig(), 3, run_seed=0)[2]
     assert again.drop(columns=["params"]).equals(lineage.drop(columns=["params"]))
+    path = write_parquet_atomic(lineage, tmp_path / "lineage.parquet")
+    stored = pd.read_parquet(path)
+    assert stored["child_id"].tolist() == lineage["child_id"].tolist()
+    assert stored["parents"].map(list).tolist() == lineage["parents"].tolist()
 
 
 def test_operator_mix_is_respected_and_single_agent_is_never_replaced():
