@@ -102,7 +102,9 @@ def _merge_subset(model, subset: list[str], combination: str, new_name: str) -> 
 
     lora_model.model.named_modules = named_modules
     try:
-        lora_model.add_weighted_adapter(["first", "second"], [0.5, 0.5], new_name, combination_type=combination, **kwargs)
+        lora_model.add_weighted_adapter(
+            ["first", "second"], [0.5, 0.5], new_name, combination_type=combination, **kwargs
+        )
     finally:
         del lora_model.model.named_modules
 
