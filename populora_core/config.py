@@ -240,6 +240,42 @@ class EvolutionConfig(_Frozen):
         return self
 
 
+class RewardConfig(_Frozen):
+    """Rewards of students and teachers (PopuLoRA paper's defaults)."""
+
+    correct: float = 1.0
+    """Student: answer judged correct."""
+    wrong: float = -0.5
+    """Student: well-formatted answer, judged wrong."""
+    format_error: float = -1.0
+    """Student: no parseable answer."""
+    invalid_proposal: float = -1.0
+    """Teacher: a proposal that failed validation."""
+
+
+class GRPOConfig(_Frozen):
+    """The policy update of one adapter."""
+
+    advantage: Literal["grpo", "reinforce_pp"] = "grpo"
+    """`grpo`: (r − mean)/std within each role × task-type group; `reinforce_pp`:
+    REINFORCE++-baseline, r − group mean, then divided by the batch std."""
+    learning_rate: float = Field(1e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    clip_eps: float = Field(0.2, gt=0)
+    """PPO clipping of the probability ratio."""
+    kl_coef: float = Field(0.0, ge=0)
+    """Weight of the k3 KL estimate to the base model (0 skips the reference pass)."""
+    micro_batch_size: int = Field(4, ge=1)
+    """Sequences per forward/backward; gradients accumulate over the whole batch."""
+    epochs: int = Field(1, ge=1)
+    """Passes over one generation's rollouts."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    logprob_chunk: int = Field(64, ge=1)
+    """Positions per chunk when turning logits into log-probs (full-vocabulary
+    log-softmax is ~3 GB per copy for a 16 × 300 batch)."""
+    gradient_checkpointing: bool = True
+
+
 class RunConfig(_Frozen):
     """A whole run; each field is one component's settings."""
 
@@ -249,3 +285,5 @@ class RunConfig(_Frozen):
     population: PopulationConfig = PopulationConfig()
     rating: RatingConfig = RatingConfig()
     evolution: EvolutionConfig = EvolutionConfig()
+    rewards: RewardConfig = RewardConfig()
+    grpo: GRPOConfig = GRPOConfig()

@@ -1,0 +1,64 @@
+"""The generation protocol every backend implements.
+
+Requests in (adapter or base, prompt as chat messages or text, samples, seed),
+completions out with token ids and per-token log-probabilities, in request
+order. Log-probabilities are those of the unmodified policy (temperature 1, no
+top-k/top-p truncation) at the sampled tokens, which is what the policy-gradient
+ratio needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+BASE = "__base__"
+"""Adapter name that means: the base model, no adapter."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    """0 disables top-k."""
+    max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    """Generation of a sample ends after the token that completes any of these strings."""
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt: str | Sequence[Mapping[str, str]]
+    """Chat messages (rendered with the tokenizer's chat template) or raw text."""
+    adapter: str = BASE
+    n: int = 1
+    seed: int = 0
+    """Sample i of this request is drawn from a generator seeded with (seed, i),
+    so it does not depend on which other requests share its batch."""
+    prefill: str = ""
+    """Text the assistant turn starts with (e.g. "<think>"); part of the prompt."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    prompt_token_ids: list[int] = field(repr=False, default_factory=list)
+    finish_reason: str = "length"
+    """"stop" (a stop string), "eos", or "length" (max_new_tokens)."""
+
+
+class Backend(Protocol):
+    """A generation backend holding one base model and any number of adapters."""
+
+    def load_adapter(self, adapter_id: str, path: Path) -> None:
+        """Loads (or reloads, after an update) a PEFT adapter directory under ``adapter_id``."""
+
+    def remove_adapter(self, adapter_id: str) -> None: ...
+
+    def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> list[list[Completion]]:
+        """``n`` completions per request, in request order."""

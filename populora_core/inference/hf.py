@@ -1,0 +1,189 @@
+"""transformers + peft backend: every adapter on one model, mixed-adapter batches.
+
+All population adapters are loaded on one PEFT model; a batch mixes rows of
+different adapters in one forward pass (``adapter_names=``, one small matmul pair
+per distinct adapter per layer). The decoding loop is our own rather than
+``generate``'s so that:
+- every sample draws from its own ``torch.Generator`` seeded from (request
+  seed, sample index): the same request gives the same sample whatever else
+  shares its batch;
+- finished rows leave the batch (and the KV cache) at once, so one long sample
+  does not make the whole batch pay for its length;
+- log-probabilities of the sampled tokens come back with the tokens.
+Rows are sorted by prompt length before batching, to limit padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+from populora_core.inference.base import BASE, Completion, GenerationRequest, SamplingParams
+from populora_core.models import load_model
+
+
+def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> int:
+    """One token from a row's logits (V,): temperature, then top-k, then top-p."""
+    if params.temperature <= 0:
+        return int(logits.argmax())
+    scores = logits / params.temperature
+    if params.top_k > 0:
+        kth = torch.topk(scores, min(params.top_k, scores.numel())).values[-1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=True)
+        cum = torch.softmax(sorted_scores, -1).cumsum(-1)
+        cut = cum - torch.softmax(sorted_scores, -1) > params.top_p  # keep the token that crosses top_p
+        scores = scores.scatter(0, order[cut], float("-inf"))
+    return int(torch.multinomial(torch.softmax(scores, -1), 1, generator=gen))
+
+
+class HFBackend:
+    """Generation with transformers + peft on this process's device."""
+
+    def __init__(
+        self,
+        model_path: Path,
+        *,
+        dtype: str = "bfloat16",
+        device: str = "cpu",
+        batch_size: int = 16,
+        model=None,
+        tokenizer=None,
+    ) -> None:
+        if model is None:
+            model, tokenizer = load_model(model_path, dtype=dtype, device=device)
+        self.base = model
+        self.tokenizer = tokenizer
+        self.device = device
+        self.batch_size = batch_size
+        self.model = None  # the PeftModel, once an adapter is loaded
+        self.adapters: set[str] = set()
+        eos = {tokenizer.eos_token_id}
+        gen_cfg = getattr(model, "generation_config", None)
+        if gen_cfg is not None and gen_cfg.eos_token_id is not None:
+            ids = gen_cfg.eos_token_id
+            eos |= set(ids) if isinstance(ids, list) else {ids}
+        self.eos_ids = {i for i in eos if i is not None}
+
+    # adapters -----------------------------------------------------------------
+    def load_adapter(self, adapter_id: str, path: Path) -> None:
+        from peft import PeftModel
+
+        if adapter_id in self.adapters:
+            self.remove_adapter(adapter_id)
+        if self.model is None:
+            self.model = PeftModel.from_pretrained(self.base, str(path), adapter_name=adapter_id)
+        else:
+            self.model.load_adapter(str(path), adapter_name=adapter_id)
+        self.model.eval()
+        self.adapters.add(adapter_id)
+
+    def remove_adapter(self, adapter_id: str) -> None:
+        if adapter_id in self.adapters:
+            self.model.delete_adapter(adapter_id)
+            self.adapters.discard(adapter_id)
+
+    # prompts ------------------------------------------------------------------
+    def encode(self, request: GenerationRequest) -> list[int]:
+        if isinstance(request.prompt, str):
+            text = request.prompt + request.prefill
+        else:
+            text = self.tokenizer.apply_chat_template(list(request.prompt), tokenize=False, add_generation_prompt=True)
+            text += request.prefill
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    # generation ---------------------------------------------------------------
+    def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> list[list[Completion]]:
+        for r in requests:
+            if r.adapter != BASE and r.adapter not in self.adapters:
+                raise KeyError(f"adapter {r.adapter!r} is not loaded; loaded: {sorted(self.adapters)}")
+        prompts = [self.encode(r) for r in requests]
+        rows = [(i, j) for i, r in enumerate(requests) for j in range(r.n)]
+        rows.sort(key=lambda ij: len(prompts[ij[0]]))
+        out: dict[tuple[int, int], Completion] = {}
+        for start in range(0, len(rows), self.batch_size):
+            batch = rows[start : start + self.batch_size]
+            for key, completion in zip(batch, self._generate_batch(batch, requests, prompts, params), strict=True):
+                out[key] = completion
+        return [[out[(i, j)] for j in range(r.n)] for i, r in enumerate(requests)]
+
+    @torch.no_grad()
+    def _generate_batch(self, rows, requests, prompts, params: SamplingParams) -> list[Completion]:
+        model = self.model if self.model is not None else self.base
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        width = max(len(prompts[i]) for i, _ in rows)
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, (i, _) in enumerate(rows):  # left padding
+            ids[b, width - len(prompts[i]) :] = torch.tensor(prompts[i])
+            mask[b, width - len(prompts[i]) :] = 1
+        gens = [torch.Generator().manual_seed(requests[i].seed * 1_000_003 + j) for i, j in rows]
+        names = [requests[i].adapter for i, _ in rows]
+        tokens: list[list[int]] = [[] for _ in rows]
+        logps: list[list[float]] = [[] for _ in rows]
+        reasons = ["length"] * len(rows)
+        alive = list(range(len(rows)))  # batch slot -> row index
+        cache = DynamicCache()
+        step_ids = ids
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        extra = {"adapter_names": names} if self.model is not None else {}
+        for _ in range(params.max_new_tokens):
+            logits = (
+                model(
+                    input_ids=step_ids.to(self.device),
+                    attention_mask=mask.to(self.device),
+                    position_ids=positions[:, -step_ids.shape[1] :].to(self.device),
+                    cache=cache,
+                    use_cache=True,
+                    **extra,
+                )
+                .logits[:, -1, :]
+                .float()
+            )
+            logprobs = torch.log_softmax(logits, -1)
+            keep, next_ids = [], []
+            for slot, row in enumerate(alive):
+                token = _sample(logits[slot], params, gens[row])
+                tokens[row].append(token)
+                logps[row].append(float(logprobs[slot, token]))
+                reason = self._finished(tokens[row], token, params)
+                if reason:
+                    reasons[row] = reason
+                else:
+                    keep.append(slot)
+                    next_ids.append(token)
+            if not keep:
+                break
+            if len(keep) < len(alive):
+                index = torch.tensor(keep)
+                cache.batch_select_indices(index)
+                mask, positions = mask[index], positions[index]
+                alive = [alive[s] for s in keep]
+                if extra:
+                    extra = {"adapter_names": [names[r] for r in alive]}
+            step_ids = torch.tensor(next_ids).unsqueeze(1)
+            mask = torch.cat([mask, torch.ones((len(alive), 1), dtype=torch.long)], dim=1)
+            positions = torch.cat([positions, positions[:, -1:] + 1], dim=1)
+        return [
+            Completion(
+                text=self.tokenizer.decode(tokens[b], skip_special_tokens=True),
+                token_ids=tokens[b],
+                logprobs=logps[b],
+                prompt_token_ids=prompts[i],
+                finish_reason=reasons[b],
+            )
+            for b, (i, _) in enumerate(rows)
+        ]
+
+    def _finished(self, tokens: list[int], token: int, params: SamplingParams) -> str | None:
+        if token in self.eos_ids:
+            return "eos"
+        if params.stop:
+            tail = self.tokenizer.decode(tokens[-16:], skip_special_tokens=True)
+            if any(s in tail for s in params.stop):
+                return "stop"
+        return None

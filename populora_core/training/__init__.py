@@ -1,0 +1,3 @@
+"""Policy updates of single adapters."""
+
+from __future__ import annotations

@@ -1,0 +1,164 @@
+"""The update of one adapter from its own rollouts.
+
+A PEFT model holding every population adapter is updated one adapter at a
+time: only that adapter's parameters are trainable and handed to the
+optimizer, so every other adapter stays bit-identical. Micro-batches of
+``micro_batch_size`` sequences accumulate gradients over the whole batch;
+log-probabilities are computed in chunks of positions so the full-vocabulary
+log-softmax is never materialised for the whole batch. Optimizer state is
+returned (and stored beside the adapter by the caller) so training resumes
+exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from populora_core.config import GRPOConfig
+from populora_core.training.grpo import policy_loss
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One completion to learn from: token ids, generation-time log-probs, advantage."""
+
+    prompt_ids: Sequence[int]
+    completion_ids: Sequence[int]
+    old_logprobs: Sequence[float]
+    advantage: float
+
+
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, chunk: int) -> torch.Tensor:
+    """log π(x_t | x_<t) for t ≥ 1, shape (B, T − 1); computed chunk by chunk over positions."""
+    # logits_to_keep=1: the model computes logits for one position only; the rest
+    # come from the final hidden states, a chunk of positions at a time.
+    out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1)
+    hidden = out.hidden_states[-1]
+    head = model.get_output_embeddings()
+    pieces = []
+    for s in range(0, hidden.shape[1] - 1, chunk):
+        logits = head(hidden[:, s : min(s + chunk, hidden.shape[1] - 1)]).float()  # (B, c, V)
+        targets = input_ids[:, s + 1 : s + 1 + logits.shape[1]]
+        pieces.append(torch.log_softmax(logits, -1).gather(-1, targets[..., None]).squeeze(-1))
+    return torch.cat(pieces, dim=1)
+
+
+def _pad(batch: Sequence[Rollout], pad_id: int) -> tuple[torch.Tensor, ...]:
+    """Right-padded ids, attention mask, completion mask and old log-probs, aligned to targets."""
+    width = max(len(r.prompt_ids) + len(r.completion_ids) for r in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(batch), width), dtype=torch.long)
+    comp = torch.zeros((len(batch), width - 1))
+    old = torch.zeros((len(batch), width - 1))
+    for b, r in enumerate(batch):
+        p, c = len(r.prompt_ids), len(r.completion_ids)
+        ids[b, : p + c] = torch.tensor([*r.prompt_ids, *r.completion_ids])
+        attn[b, : p + c] = 1
+        comp[b, p - 1 : p - 1 + c] = 1  # position t predicts token t + 1
+        old[b, p - 1 : p - 1 + c] = torch.tensor(list(r.old_logprobs), dtype=torch.float32)
+    return ids, attn, comp, old
+
+
+def trainable_parameters(model, adapter_id: str) -> list[torch.nn.Parameter]:
+    """The parameters of ``adapter_id`` only, marked trainable; all others frozen."""
+    params = []
+    for name, p in model.named_parameters():
+        mine = f".{adapter_id}." in name and "lora_" in name
+        p.requires_grad_(mine)
+        if mine:
+            params.append(p)
+    if not params:
+        raise KeyError(f"adapter {adapter_id!r} has no LoRA parameters in the model")
+    return params
+
+
+def update_adapter(
+    model,
+    adapter_id: str,
+    rollouts: Sequence[Rollout],
+    config: GRPOConfig,
+    *,
+    pad_id: int = 0,
+    optimizer_state: dict | None = None,
+) -> tuple[dict[str, float], dict]:
+    """One update of ``adapter_id`` on ``rollouts``; returns (metrics, optimizer state)."""
+    started = time.perf_counter()
+    model.set_adapter(adapter_id)
+    params = trainable_parameters(model, adapter_id)
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+    if optimizer_state:
+        optimizer.load_state_dict(optimizer_state)
+    model.train()
+    if config.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()
+    total_tokens = sum(len(r.completion_ids) for r in rollouts)
+    sums = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0}
+    steps = 0
+    grad_norm = 0.0
+    for _ in range(config.epochs):
+        optimizer.zero_grad(set_to_none=True)
+        for s in range(0, len(rollouts), config.micro_batch_size):
+            batch = rollouts[s : s + config.micro_batch_size]
+            ids, attn, comp, old = _pad(batch, pad_id)
+            adv = torch.tensor([r.advantage for r in batch], dtype=torch.float32)
+            logp = token_logprobs(model, ids, attn, config.logprob_chunk)
+            ref = None
+            if config.kl_coef > 0:
+                with torch.no_grad(), model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext():
+                    ref = token_logprobs(model, ids, attn, config.logprob_chunk)
+            loss, metrics = policy_loss(logp, old, adv, comp, config.clip_eps, ref, config.kl_coef)
+            weight = comp.sum() / max(1, total_tokens)  # token-mean over the whole batch
+            (loss * weight).backward()
+            sums["loss"] += float(loss.detach()) * float(weight)
+            sums["clip_frac"] += metrics["clip_frac"] * float(weight)
+            sums["kl"] += metrics.get("kl", 0.0) * float(weight)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+        optimizer.step()
+        steps += 1
+    optimizer.zero_grad(set_to_none=True)
+    if config.gradient_checkpointing and hasattr(model, "gradient_checkpointing_disable"):
+        model.gradient_checkpointing_disable()
+    model.eval()
+    for p in params:
+        p.requires_grad_(False)
+    seconds = time.perf_counter() - started
+    metrics = {
+        "losses/policy": sums["loss"] / steps,
+        "losses/clip_frac": sums["clip_frac"] / steps,
+        "losses/kl": sums["kl"] / steps,
+        "charts/grad_norm": grad_norm,
+        "charts/tokens": float(total_tokens),
+        "charts/seconds": seconds,
+        "charts/tokens_per_s": total_tokens * config.epochs / seconds,
+    }
+    return metrics, optimizer.state_dict()
+
+
+def extract_adapter(model, adapter_id: str):
+    """The current weights of ``adapter_id`` in a PEFT model, as a LoraAdapter
+    (to be written with ``population.adapters.save_adapter``)."""
+    from populora_core.population.lora import LoraAdapter, LoraFactors
+
+    modules = {}
+    rank = alpha = None
+    for name, module in model.named_modules():
+        lora_a = getattr(module, "lora_A", None)
+        if lora_a is None or adapter_id not in lora_a:
+            continue
+        path = name.removeprefix("base_model.model.")
+        modules[path] = LoraFactors(
+            A=lora_a[adapter_id].weight.detach().float().clone(),
+            B=module.lora_B[adapter_id].weight.detach().float().clone(),
+        )
+        rank = module.r[adapter_id]
+        alpha = module.lora_alpha[adapter_id]
+    if not modules:
+        raise KeyError(f"adapter {adapter_id!r} is not in the model")
+    return LoraAdapter(modules=modules, rank=int(rank), alpha=float(alpha))
