@@ -3,6 +3,8 @@
     populora verify --demo                 validate sample proposals and judge sample answers
     populora verify FILE.jsonl             validate proposals from a file (one JSON per line:
                                            {"task_type": "code_o", "completion": "..."})
+    populora models list                   embedded models and whether they are cached
+    populora models fetch REF              fetch an embedded model into the cache (needs PyPI)
 
 Options shared by sandbox commands: --backend, --workers, --timeout.
 """
@@ -123,6 +125,31 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from populora_core.models import EMBEDDED, EMBEDDED_PREFIX, ModelUnavailable, models_dir, resolve_model
+
+    console = Console()
+    if args.action == "list":
+        table = Table(title=f"Embedded models (cache: {models_dir()})")
+        for col in ("reference", "description", "cached"):
+            table.add_column(col)
+        for name, spec in EMBEDDED.items():
+            cached = (models_dir() / name / "config.json").is_file()
+            table.add_row(EMBEDDED_PREFIX + name, spec.description, "yes" if cached else "no")
+        console.print(table)
+        return 0
+    try:
+        path = resolve_model(args.ref, allow_download=True)
+    except ModelUnavailable as exc:
+        console.print(f"[red]{exc}")
+        return 1
+    console.print(f"{args.ref} -> {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="populora", description="Reasoning self-play with co-evolving LoRA populations."
@@ -141,6 +168,14 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--workers", type=int, default=2, help="sandbox workers (default 2)")
     verify.add_argument("--timeout", type=float, default=2.0, help="seconds per program (default 2)")
     verify.set_defaults(func=cmd_verify)
+    models = sub.add_parser("models", help="list embedded models, or fetch one into the cache")
+    models.add_argument(
+        "action", choices=["list", "fetch"], help="list: what is embedded and cached; fetch: download one"
+    )
+    models.add_argument(
+        "ref", nargs="?", default="embedded:qwen2.5-coder-0.5b-instruct", help="model reference to fetch"
+    )
+    models.set_defaults(func=cmd_models)
     return parser
 
 

@@ -1,0 +1,52 @@
+"""Model references: embedded (from the cache), local directories, clear errors."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from populora_core.models import EMBEDDED, ModelUnavailable, load_model, resolve_model
+
+
+def test_embedded_model_resolves_from_the_cache():
+    # the first use fetches it (CI: once, then ~/.cache/populora); later uses only read the cache
+    path = resolve_model("embedded:smollm2-135m-instruct")
+    again = resolve_model("embedded:smollm2-135m-instruct", allow_download=False)
+    assert path == again
+    marker = json.loads((path / "populora-model.json").read_text())
+    assert marker["gguf_sha256"] == EMBEDDED["smollm2-135m-instruct"].sha256
+    model, tokenizer = load_model(path, dtype="float32")
+    assert model.config.model_type == "llama" and tokenizer.eos_token == "<|im_end|>"
+
+
+def test_missing_embedded_model_names_the_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("POPULORA_CACHE", str(tmp_path))
+    with pytest.raises(ModelUnavailable, match=re.escape("populora models fetch embedded:qwen2.5-coder-0.5b-instruct")):
+        resolve_model("embedded:qwen2.5-coder-0.5b-instruct", allow_download=False)
+
+
+def test_incomplete_cache_entry_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("POPULORA_CACHE", str(tmp_path))
+    broken = tmp_path / "models" / "smollm2-135m-instruct"
+    broken.mkdir(parents=True)
+    (broken / "config.json").write_text("{}")  # no marker: an interrupted fetch
+    with pytest.raises(ModelUnavailable, match="not in the cache"):
+        resolve_model("embedded:smollm2-135m-instruct", allow_download=False)
+
+
+def test_local_directories_and_bad_references(tmp_path, monkeypatch):
+    local = tmp_path / "my-model"
+    local.mkdir()
+    with pytest.raises(ModelUnavailable, match=r"no config\.json"):
+        resolve_model(str(local))
+    (local / "config.json").write_text("{}")
+    assert resolve_model(str(local)) == local
+    with pytest.raises(ModelUnavailable, match="unknown embedded model"):
+        resolve_model("embedded:gpt-17")
+    with pytest.raises(ModelUnavailable, match="unknown model reference"):
+        resolve_model("qwen")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelUnavailable, match="HF_HUB_OFFLINE"):
+        resolve_model("someorg/not-downloaded-model")
