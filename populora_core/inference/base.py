@@ -27,6 +27,8 @@ class SamplingParams:
     max_new_tokens: int = 256
     stop: tuple[str, ...] = ()
     """Generation of a sample ends after the token that completes any of these strings."""
+    ignore_eos: bool = False
+    """Keep generating past end-of-sequence tokens (fixed-length runs for benchmarks)."""
 
 
 @dataclass(frozen=True)

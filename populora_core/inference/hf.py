@@ -180,7 +180,7 @@ class HFBackend:
         ]
 
     def _finished(self, tokens: list[int], token: int, params: SamplingParams) -> str | None:
-        if token in self.eos_ids:
+        if token in self.eos_ids and not params.ignore_eos:
             return "eos"
         if params.stop:
             tail = self.tokenizer.decode(tokens[-16:], skip_special_tokens=True)
