@@ -227,7 +227,10 @@ def _convert(gguf: Path, out: Path, progress: bool) -> None:
     loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     steps.update()
-    plain = type(loaded)(loaded.config)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):  # the weights are dequantised now: a plain model
+        del config.quantization_config
+    plain = type(loaded)(config)
     plain.load_state_dict(loaded.state_dict())
     plain = plain.to(torch.bfloat16)
     steps.update()

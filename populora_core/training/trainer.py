@@ -33,18 +33,23 @@ class Rollout:
     advantage: float
 
 
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, chunk: int) -> torch.Tensor:
-    """log π(x_t | x_<t) for t ≥ 1, shape (B, T − 1); computed chunk by chunk over positions."""
+def token_logprobs(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, chunk: int, start: int = 0
+) -> torch.Tensor:
+    """log π(x_{t+1} | x_≤t) for t = start … T − 2, shape (B, T − 1 − start); the
+    vocabulary projection runs chunk by chunk and skips positions before ``start``
+    (the prompt, whose log-probs the loss never uses)."""
     # logits_to_keep=1: the model computes logits for one position only; the rest
     # come from the final hidden states, a chunk of positions at a time.
     out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1)
     hidden = out.hidden_states[-1]
     head = model.get_output_embeddings()
     pieces = []
-    for s in range(0, hidden.shape[1] - 1, chunk):
+    for s in range(start, hidden.shape[1] - 1, chunk):
         logits = head(hidden[:, s : min(s + chunk, hidden.shape[1] - 1)]).float()  # (B, c, V)
         targets = input_ids[:, s + 1 : s + 1 + logits.shape[1]]
-        pieces.append(torch.log_softmax(logits, -1).gather(-1, targets[..., None]).squeeze(-1))
+        # log softmax at the target only: x_target − logsumexp(x), no (B, c, V) log-prob tensor
+        pieces.append(logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, -1))
     return torch.cat(pieces, dim=1)
 
 
@@ -94,11 +99,16 @@ def update_adapter(
     if optimizer_state:
         optimizer.load_state_dict(optimizer_state)
     model.train()
-    if config.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
+    checkpointing = config.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable")
+    if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if hasattr(model, "enable_input_require_grads"):
-            model.enable_input_require_grads()
     total_tokens = sum(len(r.completion_ids) for r in rollouts)
+    # A bf16 base: LoRA master weights stay fp32 (for AdamW), matmuls run in bf16.
+    low = next(model.parameters()).dtype
+    device = next(model.parameters()).device.type
+    autocast = (
+        torch.autocast(device_type=device, dtype=low) if low in (torch.bfloat16, torch.float16) else nullcontext()
+    )
     sums = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0}
     steps = 0
     grad_norm = 0.0
@@ -108,11 +118,15 @@ def update_adapter(
             batch = rollouts[s : s + config.micro_batch_size]
             ids, attn, comp, old = _pad(batch, pad_id)
             adv = torch.tensor([r.advantage for r in batch], dtype=torch.float32)
-            logp = token_logprobs(model, ids, attn, config.logprob_chunk)
+            start = min(len(r.prompt_ids) for r in batch) - 1  # first position predicting a completion token
+            comp, old = comp[:, start:], old[:, start:]
+            with autocast:
+                logp = token_logprobs(model, ids, attn, config.logprob_chunk, start)
             ref = None
             if config.kl_coef > 0:
-                with torch.no_grad(), model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext():
-                    ref = token_logprobs(model, ids, attn, config.logprob_chunk)
+                no_adapter = model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
+                with torch.no_grad(), no_adapter, autocast:
+                    ref = token_logprobs(model, ids, attn, config.logprob_chunk, start)
             loss, metrics = policy_loss(logp, old, adv, comp, config.clip_eps, ref, config.kl_coef)
             weight = comp.sum() / max(1, total_tokens)  # token-mean over the whole batch
             (loss * weight).backward()
@@ -123,7 +137,7 @@ def update_adapter(
         optimizer.step()
         steps += 1
     optimizer.zero_grad(set_to_none=True)
-    if config.gradient_checkpointing and hasattr(model, "gradient_checkpointing_disable"):
+    if checkpointing:
         model.gradient_checkpointing_disable()
     model.eval()
     for p in params:

@@ -19,6 +19,7 @@ def test_embedded_model_resolves_from_the_cache():
     assert marker["gguf_sha256"] == EMBEDDED["smollm2-135m-instruct"].sha256
     model, tokenizer = load_model(path, dtype="float32")
     assert model.config.model_type == "llama" and tokenizer.eos_token == "<|im_end|>"
+    assert "quantization_config" not in json.loads((path / "config.json").read_text())  # trainable
 
 
 def test_missing_embedded_model_names_the_command(tmp_path, monkeypatch):

@@ -61,7 +61,9 @@ def test_token_logprobs_match_the_full_logits(model):
             torch.log_softmax(model(input_ids=ids).logits.float(), -1)[0, :-1].gather(-1, ids[0, 1:, None]).squeeze(-1)
         )
         chunked = token_logprobs(model, ids, torch.ones_like(ids), chunk=2)[0]
+        tail = token_logprobs(model, ids, torch.ones_like(ids), chunk=2, start=3)[0]
     torch.testing.assert_close(chunked, full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(tail, full[3:], atol=1e-5, rtol=1e-5)
 
 
 def test_a_step_moves_probability_towards_positive_advantage(model):
