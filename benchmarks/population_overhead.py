@@ -70,6 +70,9 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="model reference (default: 0.5B, or SmolLM2 with --quick)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--backend", default="hf", choices=["hf", "vllm"], help="generation backend (vllm: make vllm-env)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     ref = args.model or ("embedded:smollm2-135m-instruct" if args.quick else "embedded:qwen2.5-coder-0.5b-instruct")
@@ -77,14 +80,21 @@ def main() -> None:
     ppt, pps, samples = (1, 1, 4) if args.quick else (2, 2, 4)
     params = SamplingParams(temperature=1.0, top_k=50, max_new_tokens=max_new, ignore_eos=True)
 
-    model, tokenizer = load_model(resolve_model(ref), dtype="bfloat16")
-    backend = HFBackend(None, model=model, tokenizer=tokenizer, batch_size=args.batch_size)
+    path = resolve_model(ref)
+    model, tokenizer = load_model(path, dtype="bfloat16")
     pop = PopulationConfig(teachers=4, students=4, rank=32, alpha=64)
     members, adapters = create_population(pop, RatingConfig(), lora_shapes_from_model(model, pop.target_modules), 0)
-    with tempfile.TemporaryDirectory() as tmp:
-        for m in members:
-            save_adapter(adapters[m.adapter_id], Path(tmp) / m.adapter_id)
-            backend.load_adapter(m.adapter_id, Path(tmp) / m.adapter_id)
+    if args.backend == "vllm":
+        from populora_core.inference.vllm import VLLMBackend
+
+        del model
+        backend = VLLMBackend(path, tokenizer, dtype="bfloat16", max_loras=len(members), max_lora_rank=32)
+    else:
+        backend = HFBackend(None, model=model, tokenizer=tokenizer, batch_size=args.batch_size)
+    tmp = tempfile.TemporaryDirectory()
+    for m in members:
+        save_adapter(adapters[m.adapter_id], Path(tmp.name) / m.adapter_id)
+        backend.load_adapter(m.adapter_id, Path(tmp.name) / m.adapter_id)
     teachers = [m.adapter_id for m in members if m.role == "teacher"]
     students = [m.adapter_id for m in members if m.role == "student"]
     log(f"model {ref}, 4+4 adapters r=32, {max_new} tokens per completion, batch {args.batch_size}")
@@ -106,12 +116,15 @@ def main() -> None:
     mixed_s, mixed_tokens = timed(backend, [per_adapter], params)
     seq_s, seq_tokens = timed(backend, [[r] for r in per_adapter], params)
     log(f"8 adapters mixed: {mixed_s:.1f} s; adapter by adapter: {seq_s:.1f} s")
+    if hasattr(backend, "close"):
+        backend.close()
+    tmp.cleanup()
     print(
         json.dumps(
             {
                 "quick": args.quick,
                 "model": ref,
-                "backend": "hf",
+                "backend": args.backend,
                 "completions": sum(r.n for phase in pop_phases for r in phase),
                 "tokens_per_completion": max_new,
                 "population_s": round(pop_s, 2),
