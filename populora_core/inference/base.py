@@ -54,6 +54,17 @@ class Completion:
     """"stop" (a stop string), "eos", or "length" (max_new_tokens)."""
 
 
+def encode_prompt(tokenizer, request: GenerationRequest) -> list[int]:
+    """Prompt token ids: chat messages through the tokenizer's chat template (with
+    the generation prompt), then the prefill. Every backend sends these exact ids."""
+    if isinstance(request.prompt, str):
+        text = request.prompt + request.prefill
+    else:
+        text = tokenizer.apply_chat_template(list(request.prompt), tokenize=False, add_generation_prompt=True)
+        text += request.prefill
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
 class Backend(Protocol):
     """A generation backend holding one base model and any number of adapters."""
 

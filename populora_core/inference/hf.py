@@ -1,8 +1,11 @@
-"""transformers + peft backend: every adapter on one model, mixed-adapter batches.
+"""transformers backend: every adapter on one model, mixed-adapter batches.
 
-All population adapters are loaded on one PEFT model; a batch mixes rows of
-different adapters in one forward pass (``adapter_names=``, one small matmul pair
-per distinct adapter per layer). The decoding loop is our own rather than
+All population adapters (PEFT-format directories) are loaded onto one model; a
+batch mixes rows of different adapters in one forward pass through
+``multilora.MultiLora`` (two matmuls per layer whatever the number of adapters;
+PEFT's ``adapter_names=`` path loops over the adapters in the batch). Refreshing
+an adapter after an update rewrites its slot in place; the base is never
+reloaded. The decoding loop is our own rather than
 ``generate``'s so that:
 - every sample draws from its own ``torch.Generator`` seeded from (request
   seed, sample index): the same request gives the same sample whatever else
@@ -21,8 +24,11 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from populora_core.inference.base import BASE, Completion, GenerationRequest, SamplingParams
+from populora_core.inference.base import BASE, Completion, GenerationRequest, SamplingParams, encode_prompt
+from populora_core.inference.multilora import MultiLora
 from populora_core.models import load_model
+from populora_core.population.adapters import load_adapter
+from populora_core.population.lora import LoraAdapter
 
 
 def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> int:
@@ -60,7 +66,7 @@ class HFBackend:
         self.tokenizer = tokenizer
         self.device = device
         self.batch_size = batch_size
-        self.model = None  # the PeftModel, once an adapter is loaded
+        self.lora: MultiLora | None = None  # wraps the target layers at the first adapter
         self.adapters: set[str] = set()
         eos = {tokenizer.eos_token_id}
         gen_cfg = getattr(model, "generation_config", None)
@@ -71,30 +77,24 @@ class HFBackend:
 
     # adapters -----------------------------------------------------------------
     def load_adapter(self, adapter_id: str, path: Path) -> None:
-        from peft import PeftModel
-
-        if adapter_id in self.adapters:
-            self.remove_adapter(adapter_id)
-        if self.model is None:
-            self.model = PeftModel.from_pretrained(self.base, str(path), adapter_name=adapter_id)
-        else:
-            self.model.load_adapter(str(path), adapter_name=adapter_id)
-        self.model.eval()
+        adapter = load_adapter(path)
+        if self.lora is None:
+            self.lora = MultiLora(self.base, tuple({n.split(".")[-1] for n in adapter.modules}))
+        self.lora.set_adapter(adapter_id, adapter)
         self.adapters.add(adapter_id)
 
     def remove_adapter(self, adapter_id: str) -> None:
         if adapter_id in self.adapters:
-            self.model.delete_adapter(adapter_id)
+            self.lora.remove_adapter(adapter_id)
             self.adapters.discard(adapter_id)
+
+    def adapter_weights(self, adapter_id: str) -> LoraAdapter:
+        """The factors currently served for ``adapter_id``."""
+        return self.lora.weights[adapter_id]
 
     # prompts ------------------------------------------------------------------
     def encode(self, request: GenerationRequest) -> list[int]:
-        if isinstance(request.prompt, str):
-            text = request.prompt + request.prefill
-        else:
-            text = self.tokenizer.apply_chat_template(list(request.prompt), tokenize=False, add_generation_prompt=True)
-            text += request.prefill
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return encode_prompt(self.tokenizer, request)
 
     # generation ---------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> list[list[Completion]]:
@@ -113,7 +113,8 @@ class HFBackend:
 
     @torch.no_grad()
     def _generate_batch(self, rows, requests, prompts, params: SamplingParams) -> list[Completion]:
-        model = self.model if self.model is not None else self.base
+        model = self.base
+        dtype = next(model.parameters()).dtype
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         width = max(len(prompts[i]) for i, _ in rows)
         ids = torch.full((len(rows), width), pad, dtype=torch.long)
@@ -130,7 +131,8 @@ class HFBackend:
         cache = DynamicCache()
         step_ids = ids
         positions = (mask.cumsum(-1) - 1).clamp_min(0)
-        extra = {"adapter_names": names} if self.model is not None else {}
+        route = self.lora.route if self.lora is not None else (lambda names, dtype: None)
+        route(names, dtype)
         for _ in range(params.max_new_tokens):
             logits = (
                 model(
@@ -139,7 +141,6 @@ class HFBackend:
                     position_ids=positions[:, -step_ids.shape[1] :].to(self.device),
                     cache=cache,
                     use_cache=True,
-                    **extra,
                 )
                 .logits[:, -1, :]
                 .float()
@@ -163,11 +164,11 @@ class HFBackend:
                 cache.batch_select_indices(index)
                 mask, positions = mask[index], positions[index]
                 alive = [alive[s] for s in keep]
-                if extra:
-                    extra = {"adapter_names": [names[r] for r in alive]}
+                route([names[r] for r in alive], dtype)
             step_ids = torch.tensor(next_ids).unsqueeze(1)
             mask = torch.cat([mask, torch.ones((len(alive), 1), dtype=torch.long)], dim=1)
             positions = torch.cat([positions, positions[:, -1:] + 1], dim=1)
+        route(None, dtype)
         return [
             Completion(
                 text=self.tokenizer.decode(tokens[b], skip_special_tokens=True),

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from populora_core.inference.base import BASE, Completion, GenerationRequest, SamplingParams
+from populora_core.inference.base import BASE, Completion, GenerationRequest, SamplingParams, encode_prompt
 
 SERVED_BASE = "base"
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -162,12 +162,7 @@ class VLLMBackend:
 
     # generation ---------------------------------------------------------------
     def encode(self, request: GenerationRequest) -> list[int]:
-        if isinstance(request.prompt, str):
-            text = request.prompt + request.prefill
-        else:
-            text = self.tokenizer.apply_chat_template(list(request.prompt), tokenize=False, add_generation_prompt=True)
-            text += request.prefill
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return encode_prompt(self.tokenizer, request)
 
     def _one(self, request: GenerationRequest, params: SamplingParams) -> list[Completion]:
         prompt = self.encode(request)

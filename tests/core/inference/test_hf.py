@@ -77,12 +77,11 @@ def test_unknown_adapter_is_a_clear_error(backend):
 
 def test_refreshed_adapter_changes_generation_without_reloading_the_base(backend, tmp_path):
     from populora_core.population.evolution import apply_operator
-    from populora_core.training.trainer import extract_adapter
 
     aid = backend.ids[0]
     before = backend.generate([GenerationRequest(MESSAGES, adapter=aid)], GREEDY)[0][0].token_ids
     base_id = id(backend.base)
-    current = extract_adapter(backend.model, aid)
+    current = backend.adapter_weights(aid)
     child, _ = apply_operator("M4", [current], torch.Generator().manual_seed(0), {"sigma": 3.0})
     save_adapter(child, tmp_path / aid)
     backend.load_adapter(aid, tmp_path / aid)

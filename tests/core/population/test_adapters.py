@@ -22,15 +22,9 @@ from populora_core.population.adapters import (
     save_population,
 )
 from populora_core.population.evolution import apply_operator
+from tests.helpers import TINY_QWEN2
 
-TINY = dict(
-    hidden_size=32,
-    intermediate_size=48,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    num_hidden_layers=2,
-    vocab_size=64,
-)
+TINY = TINY_QWEN2
 
 
 @pytest.fixture(scope="module")

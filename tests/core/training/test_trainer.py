@@ -12,15 +12,9 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from populora_core.config import GRPOConfig
 from populora_core.training.trainer import Rollout, token_logprobs, update_adapter
+from tests.helpers import TINY_QWEN2
 
-TINY = dict(
-    hidden_size=32,
-    intermediate_size=48,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    num_hidden_layers=2,
-    vocab_size=64,
-)
+TINY = TINY_QWEN2
 CFG = GRPOConfig(learning_rate=5e-3, micro_batch_size=2, gradient_checkpointing=False)
 
 
