@@ -93,3 +93,16 @@ def test_optimizer_state_resumes_exactly(model):
     update_adapter(twin, "alice", batch, CFG, optimizer_state=torch.load(buffer, weights_only=True))
     for (k, v), (_, w) in zip(model.state_dict().items(), twin.state_dict().items(), strict=True):
         assert torch.equal(v, w), k
+
+
+def test_extracted_weights_are_the_trained_ones(model, tmp_path):
+    from populora_core.population.adapters import load_adapter, save_adapter
+    from populora_core.training.trainer import extract_adapter
+
+    update_adapter(model, "alice", rollouts(model, "alice"), CFG)
+    adapter = extract_adapter(model, "alice")
+    assert adapter.rank == 4 and adapter.alpha == 8
+    q = model.base_model.model.model.layers[1].self_attn.q_proj
+    assert torch.equal(adapter.modules["model.layers.1.self_attn.q_proj"].B, q.lora_B["alice"].weight.float())
+    save_adapter(adapter, tmp_path / "alice")
+    assert set(load_adapter(tmp_path / "alice").modules) == set(adapter.modules)
