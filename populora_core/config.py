@@ -271,8 +271,8 @@ class GRPOConfig(_Frozen):
     """Passes over one generation's rollouts."""
     max_grad_norm: float = Field(1.0, gt=0)
     logprob_chunk: int = Field(64, ge=1)
-    """Positions per chunk when turning logits into log-probs (full-vocabulary
-    log-softmax is ~3 GB per copy for a 16 × 300 batch)."""
+    """Positions per chunk when turning logits into float32 log-probs (a
+    full-vocabulary float32 copy is ~3 GB for a 16 × 300 batch)."""
     gradient_checkpointing: bool = True
 
 

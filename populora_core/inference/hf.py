@@ -41,8 +41,8 @@ def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) 
         scores = scores.masked_fill(scores < kth, float("-inf"))
     if params.top_p < 1.0:
         sorted_scores, order = torch.sort(scores, descending=True)
-        cum = torch.softmax(sorted_scores, -1).cumsum(-1)
-        cut = cum - torch.softmax(sorted_scores, -1) > params.top_p  # keep the token that crosses top_p
+        probs = torch.softmax(sorted_scores, -1)
+        cut = probs.cumsum(-1) - probs > params.top_p  # keep the token that crosses top_p
         scores = scores.scatter(0, order[cut], float("-inf"))
     return int(torch.multinomial(torch.softmax(scores, -1), 1, generator=gen))
 

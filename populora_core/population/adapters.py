@@ -22,7 +22,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -280,7 +280,3 @@ def load_population(directory: Path) -> tuple[list[Member], dict[str, LoraAdapte
     directory = Path(directory)
     members = members_from_frame(pd.read_parquet(directory / POPULATION_TABLE))
     return members, {m.adapter_id: load_adapter(directory / m.adapter_id) for m in members}
-
-
-def with_rating(member: Member, mu: float, sigma: float) -> Member:
-    return replace(member, mu=mu, sigma=sigma)

@@ -72,11 +72,6 @@ def update_ratings(
     return {k: (r.mu, r.sigma) for k, r in current.items()}, table
 
 
-def conservative(mu: float, sigma: float) -> float:
-    """μ − 3σ: a rating the adapter exceeds with ~99.9% confidence."""
-    return mu - 3.0 * sigma
-
-
 def match_quality(a: Member, b: Member, env: trueskill.TrueSkill) -> float:
     """TrueSkill's draw-probability-based quality of a match, in (0, 1]; 1 is perfectly even."""
     return float(trueskill.quality_1vs1(env.create_rating(a.mu, a.sigma), env.create_rating(b.mu, b.sigma), env=env))
@@ -116,13 +111,3 @@ def make_pairings(members: Sequence[Member], config: RatingConfig, rng: np.rando
         t = candidates[int(rng.choice(len(candidates), p=pairing_probabilities(s, candidates, config)))]
         pairs.append(_pair(t, s, env))
     return pairs
-
-
-def pairings_frame(pairs: Sequence[Pairing]) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "teacher_id": [p.teacher_id for p in pairs],
-            "student_id": [p.student_id for p in pairs],
-            "match_quality": [p.match_quality for p in pairs],
-        }
-    )

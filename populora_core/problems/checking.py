@@ -35,11 +35,9 @@ def _plan(problem: Problem, answer: str, config: ProblemsConfig) -> CheckResult 
     if len(answer) > config.answer_max_chars:
         return CheckResult("wrong", f"answer longer than {config.answer_max_chars} characters")
     if problem.task_type == "code_o":
-        ok, _ = literal_value(answer)
-        if not ok:
+        if not literal_value(answer)[0]:
             return CheckResult("wrong", "prediction is not a Python literal")
-        correct = outputs_equal(problem.outputs[0], answer)
-        return CheckResult("correct" if correct else "wrong")
+        return CheckResult("correct" if outputs_equal(problem.outputs[0], answer) else "wrong")
     if problem.task_type == "code_i":
         reason = check_call_arguments(answer) or check_expression(answer, config)
         if reason:

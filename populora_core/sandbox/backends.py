@@ -21,7 +21,7 @@ import shutil
 import stat
 import subprocess
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -48,7 +48,6 @@ class WorkerProcess:
     proc: subprocess.Popen
     name: str
     index: int
-    extra: dict = field(default_factory=dict)
 
 
 class Backend(Protocol):

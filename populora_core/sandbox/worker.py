@@ -23,8 +23,8 @@ wall (no network, read-only filesystem, own pid namespace, dedicated
 unprivileged uid, no capabilities) is the backend's job. Here, per program:
 a fresh child (fork) with rlimits on CPU, address space, file size, open
 files, processes and core dumps; a fresh temporary working directory; stdin
-from /dev/null; every inherited descriptor above 2 closed, so the job channel
-cannot be forged; a hard wall-clock SIGKILL; a cap on captured output. The
+from /dev/null; every inherited descriptor above 3 closed (fd 3 is the child's
+own result pipe), so the job channel cannot be forged; a hard wall-clock SIGKILL; a cap on captured output. The
 worker is non-dumpable, so a child cannot ptrace it or read its /proc entries
 (environment, descriptors). With ``--isolated`` (the worker is alone in its pid
 namespace under a non-root uid) every process left after a job, daemonised

@@ -47,6 +47,15 @@ def reinforce_pp_advantages(rewards: torch.Tensor, groups: Sequence[Hashable], e
 ADVANTAGES = {"grpo": grpo_advantages, "reinforce_pp": reinforce_pp_advantages}
 
 
+def compute_advantages(rewards: torch.Tensor, groups: Sequence[Hashable], kind: str) -> torch.Tensor:
+    """Advantages by the estimator ``kind`` (``GRPOConfig.advantage``); a miss lists the valid names."""
+    try:
+        estimator = ADVANTAGES[kind]
+    except KeyError:
+        raise KeyError(f"unknown advantage estimator {kind!r}; valid: {sorted(ADVANTAGES)}") from None
+    return estimator(rewards, groups)
+
+
 def policy_loss(
     logp: torch.Tensor,  # (B, T) log π_θ of the taken tokens
     logp_old: torch.Tensor,  # (B, T) log π_old, from generation

@@ -4,8 +4,8 @@ A PEFT model holding every population adapter is updated one adapter at a
 time: only that adapter's parameters are trainable and handed to the
 optimizer, so every other adapter stays bit-identical. Micro-batches of
 ``micro_batch_size`` sequences accumulate gradients over the whole batch;
-log-probabilities are computed in chunks of positions so the full-vocabulary
-log-softmax is never materialised for the whole batch. Optimizer state is
+the model returns logits for completion positions only (in its own dtype), and
+the float32 log-softmax over the vocabulary is taken a chunk of positions at a time. Optimizer state is
 returned (and stored beside the adapter by the caller) so training resumes
 exactly.
 """

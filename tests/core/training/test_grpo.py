@@ -52,3 +52,18 @@ def test_kl_term_is_zero_at_the_reference():
     assert abs(metrics["kl"]) < 1e-7
     _, metrics = policy_loss(logp, logp, torch.ones(2), torch.ones(2, 4), logp_ref=logp - 0.5, kl_coef=0.1)
     assert metrics["kl"] > 0
+
+
+def test_the_config_switch_picks_the_estimator():
+    import pytest
+
+    from populora_core.config import GRPOConfig
+    from populora_core.training.grpo import compute_advantages
+
+    rewards, groups = torch.tensor([1.0, -1.0, 10.0, 0.0]), ["a", "a", "b", "b"]
+    grpo = compute_advantages(rewards, groups, GRPOConfig().advantage)
+    torch.testing.assert_close(grpo, grpo_advantages(rewards, groups))
+    rpp = compute_advantages(rewards, groups, GRPOConfig(advantage="reinforce_pp").advantage)
+    torch.testing.assert_close(rpp, reinforce_pp_advantages(rewards, groups))
+    with pytest.raises(KeyError, match="valid"):
+        compute_advantages(rewards, groups, "ppo")
