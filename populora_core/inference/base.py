@@ -73,5 +73,7 @@ class Backend(Protocol):
 
     def remove_adapter(self, adapter_id: str) -> None: ...
 
-    def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> list[list[Completion]]:
-        """``n`` completions per request, in request order."""
+    def generate(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams, *, progress: str | None = None
+    ) -> list[list[Completion]]:
+        """``n`` completions per request, in request order; ``progress`` names a progress bar."""

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 from transformers import DynamicCache
 
 from populora_core.inference.base import BASE, Completion, GenerationRequest, SamplingParams, encode_prompt
@@ -97,7 +98,9 @@ class HFBackend:
         return encode_prompt(self.tokenizer, request)
 
     # generation ---------------------------------------------------------------
-    def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> list[list[Completion]]:
+    def generate(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams, *, progress: str | None = None
+    ) -> list[list[Completion]]:
         for r in requests:
             if r.adapter != BASE and r.adapter not in self.adapters:
                 raise KeyError(f"adapter {r.adapter!r} is not loaded; loaded: {sorted(self.adapters)}")
@@ -105,10 +108,12 @@ class HFBackend:
         rows = [(i, j) for i, r in enumerate(requests) for j in range(r.n)]
         rows.sort(key=lambda ij: len(prompts[ij[0]]))
         out: dict[tuple[int, int], Completion] = {}
-        for start in range(0, len(rows), self.batch_size):
-            batch = rows[start : start + self.batch_size]
-            for key, completion in zip(batch, self._generate_batch(batch, requests, prompts, params), strict=True):
-                out[key] = completion
+        with tqdm(total=len(rows), desc=progress, unit="sample", disable=progress is None, leave=False) as bar:
+            for start in range(0, len(rows), self.batch_size):
+                batch = rows[start : start + self.batch_size]
+                for key, completion in zip(batch, self._generate_batch(batch, requests, prompts, params), strict=True):
+                    out[key] = completion
+                bar.update(len(batch))
         return [[out[(i, j)] for j in range(r.n)] for i, r in enumerate(requests)]
 
     @torch.no_grad()
@@ -122,7 +127,7 @@ class HFBackend:
         for b, (i, _) in enumerate(rows):  # left padding
             ids[b, width - len(prompts[i]) :] = torch.tensor(prompts[i])
             mask[b, width - len(prompts[i]) :] = 1
-        gens = [torch.Generator().manual_seed(requests[i].seed * 1_000_003 + j) for i, j in rows]
+        gens = [torch.Generator().manual_seed((requests[i].seed * 1_000_003 + j) % 2**63) for i, j in rows]
         names = [requests[i].adapter for i, _ in rows]
         tokens: list[list[int]] = [[] for _ in rows]
         logps: list[list[float]] = [[] for _ in rows]

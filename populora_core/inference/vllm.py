@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from populora_core.inference.base import BASE, Completion, GenerationRequest, SamplingParams, encode_prompt
 
 SERVED_BASE = "base"
@@ -201,11 +203,14 @@ class VLLMBackend:
             )
         return out
 
-    def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> list[list[Completion]]:
+    def generate(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams, *, progress: str | None = None
+    ) -> list[list[Completion]]:
         for r in requests:
             if r.adapter != BASE and r.adapter not in self.adapters:
                 raise KeyError(f"adapter {r.adapter!r} is not loaded; loaded: {sorted(self.adapters)}")
         if not requests:
             return []
         with ThreadPoolExecutor(max_workers=min(64, len(requests))) as pool:
-            return list(pool.map(lambda r: self._one(r, params), requests))
+            results = pool.map(lambda r: self._one(r, params), requests)
+            return list(tqdm(results, total=len(requests), desc=progress, disable=progress is None, leave=False))

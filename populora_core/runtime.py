@@ -1,0 +1,199 @@
+"""The heavy objects a generation needs, built once per process.
+
+Stages pass paths and ids between each other (Prefect hashes task inputs); the
+base model, the generation backend, the trainer and the sandbox pool live here,
+created on first use and reused by every stage and generation of the process.
+Generation and training use two copies of the base model: generation wraps its
+target layers for mixed-adapter batches (``MultiLora``), training holds one PEFT
+slot that each member's factors are copied into in turn.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from populora_core.config import PopulationConfig, RunConfig
+from populora_core.population.lora import LoraAdapter
+from populora_core.training.trainer import Rollout, extract_adapter, update_adapter
+
+
+class Trainer:
+    """One PEFT LoRA slot on a base model; ``update`` trains given factors in it."""
+
+    SLOT = "member"
+
+    def __init__(self, model, tokenizer, population: PopulationConfig) -> None:
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(
+            r=population.rank,
+            lora_alpha=population.alpha,
+            target_modules=list(population.target_modules),
+            lora_dropout=0.0,
+        )
+        self.model = get_peft_model(model, lora, adapter_name=self.SLOT).eval()
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self._modules = {
+            name.removeprefix("base_model.model."): module
+            for name, module in self.model.named_modules()
+            if self.SLOT in getattr(module, "lora_A", {})
+        }
+
+    def load(self, adapter: LoraAdapter) -> None:
+        missing = set(self._modules) ^ set(adapter.modules)
+        if missing:
+            raise ValueError(f"adapter modules do not match the trainer's: {sorted(missing)[:4]}")
+        with torch.no_grad():
+            for name, f in adapter:
+                module = self._modules[name]
+                module.lora_A[self.SLOT].weight.copy_(f.A)
+                module.lora_B[self.SLOT].weight.copy_(f.B)
+
+    def update(
+        self, adapter: LoraAdapter, rollouts: Sequence[Rollout], config, optimizer_state: dict | None
+    ) -> tuple[LoraAdapter, dict[str, float], dict]:
+        """(new factors, metrics, optimizer state) after one GRPO update of ``adapter``."""
+        self.load(adapter)
+        metrics, state = update_adapter(
+            self.model, self.SLOT, rollouts, config, pad_id=self.pad_id, optimizer_state=optimizer_state
+        )
+        return extract_adapter(self.model, self.SLOT), metrics, state
+
+
+class Runtime:
+    """Backend, trainer and sandbox pool for one run configuration."""
+
+    def __init__(self, config: RunConfig, model_path: Path) -> None:
+        self.config = config
+        self.model_path = Path(model_path)
+        self._backend = None
+        self._trainer: Trainer | None = None
+        self._pool = None
+        self._served: dict[str, str] = {}  # adapter id -> digest of what the backend holds
+        if config.model.threads:
+            torch.set_num_threads(config.model.threads)
+
+    @property
+    def backend(self):
+        if self._backend is None:
+            inf = self.config.inference
+            if inf.backend == "vllm":
+                from transformers import AutoTokenizer
+
+                from populora_core.inference.vllm import VLLMBackend
+
+                members = self.config.population.teachers + self.config.population.students
+                self._backend = VLLMBackend(
+                    self.model_path,
+                    AutoTokenizer.from_pretrained(self.model_path),
+                    url=inf.vllm_url,
+                    max_loras=members + 2,  # above the adapter count (NOTES.md: a base row went wrong at equal)
+                    max_lora_rank=_vllm_rank(self.config.population.rank),
+                    dtype=self.config.model.dtype,
+                )
+            else:
+                from populora_core.inference.hf import HFBackend
+
+                self._backend = HFBackend(
+                    self.model_path,
+                    dtype=self.config.model.dtype,
+                    device=self.config.model.device,
+                    batch_size=inf.batch_size,
+                )
+        return self._backend
+
+    @property
+    def trainer(self) -> Trainer:
+        if self._trainer is None:
+            from populora_core.models import load_model
+
+            model_cfg = self.config.model
+            model, tokenizer = load_model(self.model_path, dtype=model_cfg.dtype, device=model_cfg.device)
+            self._trainer = Trainer(model, tokenizer, self.config.population)
+        return self._trainer
+
+    @property
+    def pool(self):
+        if self._pool is None:
+            from populora_core.sandbox import SandboxPool
+
+            pool = SandboxPool(self.config.sandbox)
+            pool.start()
+            self._pool = pool
+        return self._pool
+
+    def serve(self, adapters: dict[str, Path]) -> None:
+        """Makes the backend hold exactly ``adapters`` (id → PEFT dir); reloads changed ones only.
+
+        When the set of ids changes, everything is reloaded in sorted order, so an
+        adapter's slot depends only on the set (a resumed process lays out the
+        stacked LoRA buffers exactly as the uninterrupted one did: same sums, same
+        samples)."""
+        backend = self.backend
+        if set(adapters) != set(self._served):
+            for adapter_id in list(self._served):
+                backend.remove_adapter(adapter_id)
+            self._served.clear()
+        for adapter_id, path in sorted(adapters.items()):
+            digest = _digest(Path(path))
+            if self._served.get(adapter_id) != digest:
+                backend.load_adapter(adapter_id, Path(path))
+                self._served[adapter_id] = digest
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        closer = getattr(self._backend, "close", None)
+        if closer is not None:
+            closer()
+        self._backend = None
+
+
+def _vllm_rank(rank: int) -> int:
+    """The smallest `max_lora_rank` vLLM accepts that holds ``rank``."""
+    return next(r for r in (1, 8, 16, 32, 64, 128, 256, 320, 512) if r >= rank)
+
+
+def _digest(directory: Path) -> str:
+    h = hashlib.sha256()
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        h.update((directory / name).read_bytes())
+    return h.hexdigest()
+
+
+_RUNTIMES: dict[str, Runtime] = {}
+_LOCK = threading.Lock()
+
+
+def get_runtime(config: RunConfig, model_path: Path) -> Runtime:
+    """The process's Runtime for this model, inference, sandbox and population setup."""
+    key = json.dumps(
+        [
+            str(model_path),
+            config.model.model_dump(mode="json"),
+            config.inference.model_dump(mode="json"),
+            config.sandbox.model_dump(mode="json"),
+            config.population.model_dump(mode="json"),
+        ],
+        sort_keys=True,
+    )
+    with _LOCK:
+        if key not in _RUNTIMES:
+            _RUNTIMES[key] = Runtime(config, model_path)
+        return _RUNTIMES[key]
+
+
+@atexit.register
+def close_runtimes() -> None:
+    with _LOCK:
+        for runtime in _RUNTIMES.values():
+            runtime.close()
+        _RUNTIMES.clear()
