@@ -10,11 +10,24 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: run setup test lint system-deps dockerd dockerd-stop sandbox-image vllm-env bench bench-quick clean
+.PHONY: run setup server server-stop deploy test lint system-deps dockerd dockerd-stop sandbox-image vllm-env bench bench-quick clean
 
-## run: set everything up, then run the main job
+## run: set everything up, then the main job: a short real training run (cpu-small: the
+## embedded Qwen2.5-Coder-0.5B, 4 teachers + 4 students, 2 generations) on the CPU
 run: setup
-	$(BIN)/populora verify --demo
+	$(BIN)/populora train --preset cpu-small --generations 2
+
+## server: a local Prefect server on 127.0.0.1:4200 (the UI) and a worker for the `populora` pool
+server: setup
+	@./scripts/prefect_server.sh start
+
+server-stop:
+	@./scripts/prefect_server.sh stop
+
+## deploy: register prefect.yaml's deployments (train, generation, resume) with the local server
+deploy: setup
+	PREFECT_API_URL=http://127.0.0.1:$${PREFECT_PORT:-4200}/api POPULORA_ROOT=$(CURDIR) \
+		$(BIN)/prefect --no-prompt deploy --all
 
 ## setup: Debian packages, the virtual environment and the package
 setup: system-deps $(STAMP)
@@ -70,12 +83,14 @@ bench: setup dockerd sandbox-image
 	$(BIN)/python benchmarks/evolution_operators.py --repeats 5
 	$(BIN)/python benchmarks/population_overhead.py
 	$(BIN)/python benchmarks/grpo_step.py
+	$(BIN)/python benchmarks/orchestration_overhead.py
 
 bench-quick: setup dockerd sandbox-image
 	$(BIN)/python benchmarks/verifier_throughput.py --quick
 	$(BIN)/python benchmarks/evolution_operators.py --quick
 	$(BIN)/python benchmarks/population_overhead.py --quick
 	$(BIN)/python benchmarks/grpo_step.py --quick
+	$(BIN)/python benchmarks/orchestration_overhead.py --repeats 1
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache

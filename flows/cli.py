@@ -22,6 +22,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 DEMO_PROPOSALS: list[tuple[str, str]] = [
@@ -410,6 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_prefect(args.verbose)
+    if not args.verbose:  # transformers 5 renames (gradient -> activation checkpointing) warn on every update
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )

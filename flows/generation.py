@@ -12,7 +12,7 @@ import re
 import time
 from pathlib import Path
 
-from prefect import flow
+from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
 from populora_core import stages
@@ -85,7 +85,7 @@ def one_line(generation: int, summary: dict) -> str:
     )
 
 
-@flow(name="populora-generation", log_prints=True)
+@flow(name="populora-generation")
 def generation_flow(run_dir: str, generation: int | None = None, until: str | None = None) -> dict:
     """Runs (or finishes) one generation of a run; returns its summary.
 
@@ -126,7 +126,9 @@ def generation_flow(run_dir: str, generation: int | None = None, until: str | No
         description=f"PopuLoRA {run.run_id} generation {generation}",
     )
     mark_success(gen, summary)
-    print(one_line(generation, summary))
+    line = one_line(generation, summary)
+    print(line, flush=True)  # the CLI's live line; the UI gets it from the run logger
+    get_run_logger().info(line)
     return summary
 
 

@@ -16,7 +16,7 @@ from populora_core.config import load_config
 from populora_core.runs import create_run, default_runs_dir, open_run, run_config
 
 
-@flow(name="populora-train", log_prints=True)
+@flow(name="populora-train")
 def train_flow(
     preset: str | None = "cpu-tiny",
     config_path: str | None = None,
@@ -51,7 +51,7 @@ def continue_run(run_dir: str, generations: int | None = None) -> dict:
     return {"run_dir": str(run.root), "generations": target, "ran": sorted(summaries)}
 
 
-@flow(name="populora-resume", log_prints=True)
+@flow(name="populora-resume")
 def resume_flow(run_dir: str, generations: int | None = None) -> dict:
     """Continues an existing run (the CLI's `populora resume`)."""
     return continue_run(run_dir, generations)

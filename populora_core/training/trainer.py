@@ -102,7 +102,10 @@ def update_adapter(
     model.train()
     checkpointing = config.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable")
     if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 renamed it
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     total_tokens = sum(len(r.completion_ids) for r in rollouts)
     # A bf16 base: LoRA master weights stay fp32 (for AdamW), matmuls run in bf16.
     low = next(model.parameters()).dtype
@@ -139,7 +142,7 @@ def update_adapter(
         steps += 1
     optimizer.zero_grad(set_to_none=True)
     if checkpointing:
-        model.gradient_checkpointing_disable()
+        getattr(model, "activation_checkpointing_disable", model.gradient_checkpointing_disable)()
     model.eval()
     for p in params:
         p.requires_grad_(False)

@@ -34,3 +34,53 @@ def test_bad_problems_config_names_the_field():
         ProblemsConfig(task_types=("code_o", "code_o"))
     with pytest.raises(ValidationError, match="task_types"):
         ProblemsConfig(task_types=("code_x",))
+
+
+def test_presets_are_valid_and_differ_where_documented():
+    from populora_core.config import PRESETS, load_config
+
+    tiny, small, paper = (load_config(preset=p) for p in ("cpu-tiny", "cpu-small", "paper-7b"))
+    assert set(PRESETS) == {"cpu-tiny", "cpu-small", "paper-7b"}
+    assert "smollm2" in tiny.model.name and (tiny.population.teachers, tiny.population.students) == (2, 2)
+    assert tiny.evolution.every_k == 1
+    assert "0.5b" in small.model.name and (small.population.teachers, small.population.students) == (4, 4)
+    assert paper.inference.backend == "vllm" and paper.population.rank == 32
+
+
+def test_yaml_file_then_overrides_apply_in_order(tmp_path):
+    from populora_core.config import load_config
+
+    path = tmp_path / "run.yaml"
+    path.write_text("population:\n  teachers: 3\nrewards:\n  wrong: -0.25\n")
+    config = load_config(path, preset="cpu-tiny", overrides=["population.teachers=5", "seed=7"])
+    assert config.population.teachers == 5 and config.rewards.wrong == -0.25 and config.seed == 7
+    assert config.population.students == 2  # from the preset
+
+
+@pytest.mark.parametrize(
+    ("text", "overrides", "message"),
+    [
+        ("population: [1, 2]\n", [], "population"),
+        ("grpo:\n  learning_rate: -1\n", [], "grpo.learning_rate"),
+        ("a: b: c\n", [], "not valid YAML"),
+        ("- 1\n", [], "mapping"),
+        ("", ["teachers"], "key=value"),
+        ("", ["budget.samples_per_problem=1"], "budget.samples_per_problem"),
+    ],
+)
+def test_broken_config_names_the_field(tmp_path, text, overrides, message):
+    from populora_core.config import ConfigError, load_config
+
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        load_config(path, overrides=overrides)
+
+
+def test_resolved_config_round_trips_through_yaml(tmp_path):
+    from populora_core.config import config_to_yaml, load_config
+
+    config = load_config(preset="cpu-small", overrides=["evolution.operator_mix={M1: 2.0, X4: 1.0}"])
+    path = tmp_path / "config.yaml"
+    path.write_text(config_to_yaml(config))
+    assert load_config(path) == config

@@ -1,0 +1,144 @@
+"""What Prefect and the Parquet artifacts cost: one cpu-tiny generation two ways.
+
+- flow: ``flows.generation.generation_flow`` — ten Prefect tasks, every artifact
+  written and read back as Parquet, the UI table published, ``_SUCCESS`` written;
+- direct: the same ``populora_core.stages`` functions called in one process, frames
+  handed over in memory, no Prefect, no Parquet.
+
+Both run the same generation 0 of fresh runs with the same config and seed (so the
+same samples, the same programs, the same updates), alternating, ``--repeats``
+times each; the model, trainer and sandbox pool are built once beforehand and
+Prefect's API is started by a warm-up flow (both reported separately: they are paid
+once per process, not per generation). The direct path's frames are checked equal
+to the flow's artifacts. Final line: JSON with both median wall-clocks and
+``overhead_ratio`` (flow / direct). Goal: ≤ 1.03.
+
+    python benchmarks/orchestration_overhead.py [--repeats 3] [--preset cpu-tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pandas as pd
+
+from populora_core import stages
+from populora_core.artifacts import RunDir, read_artifact
+from populora_core.config import load_config
+from populora_core.population.adapters import POPULATION_TABLE, members_from_frame
+from populora_core.runs import create_run
+from populora_core.runtime import get_runtime
+
+
+def direct_generation(run: RunDir, runtime, config, out_dir: Path) -> dict[str, pd.DataFrame]:
+    """Generation 0 of ``run`` with the core functions only; returns the frames."""
+    g = 0
+    members = members_from_frame(pd.read_parquet(run.members_dir(g) / POPULATION_TABLE))
+    runtime.serve(stages.served_adapters(run.members_dir(g), members))
+    buffers = stages.seed_buffers([m.adapter_id for m in members if m.plays("teacher")])
+    f: dict[str, pd.DataFrame] = {}
+    f["pairings"] = stages.pair(members, config, g)
+    f["proposals"] = stages.propose(members, buffers, runtime.backend, config, g)
+    f["problems"] = stages.validate(f["proposals"], buffers, runtime.pool, config, g)
+    f["rollouts"] = stages.solve(f["problems"], f["pairings"], runtime.backend, config, g)
+    f["verdicts"] = stages.verify(f["rollouts"], f["problems"], runtime.pool, config)
+    f["rewards"] = stages.reward(f["proposals"], f["problems"], f["rollouts"], f["verdicts"], config)
+    f["train_metrics"] = stages.update(
+        members, run.members_dir(g), f["rewards"], f["proposals"], f["rollouts"], runtime.trainer, config, out_dir
+    )
+    f["ratings"], f["matches"] = stages.rate(members, f["verdicts"], config)
+    next_members, _, f["lineage"] = stages.evolve(members, out_dir, f["ratings"], config, g)
+    f["buffers"] = stages.next_buffers(buffers, f["problems"], f["lineage"], next_members, config, g)
+    f["coverage"] = stages.summarize(f["problems"], f["verdicts"])
+    return f
+
+
+def same_results(direct: dict[str, pd.DataFrame], run: RunDir) -> bool:
+    timing = {"verdicts": ["seconds"], "train_metrics": ["seconds"]}
+    for name, frame in direct.items():
+        stored = read_artifact(run.gen(0), name).drop(columns=["run_id", "generation", "schema_version"])
+        drop = timing.get(name, [])
+        a = frame.drop(columns=drop).reset_index(drop=True)
+        b = stored.drop(columns=drop).reset_index(drop=True)
+        try:
+            pd.testing.assert_frame_equal(a, b, check_dtype=False)
+        except AssertionError as exc:
+            print(f"{name} differs: {str(exc)[:300]}", file=sys.stderr)
+            return False
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--preset", default="cpu-tiny")
+    args = parser.parse_args()
+
+    from prefect import flow
+
+    from flows.generation import generation_flow
+
+    config = load_config(preset=args.preset)
+    root = Path(tempfile.mkdtemp(prefix="populora-bench-"))
+    t0 = time.perf_counter()
+    first = create_run(root, config, run_id="warmup", preset=args.preset)
+    runtime = get_runtime(config, Path(first.info()["model_path"]))
+    _ = runtime.backend, runtime.trainer, runtime.pool
+    setup_s = time.perf_counter() - t0
+
+    @flow(name="warmup")
+    def warmup() -> int:
+        return 1
+
+    t0 = time.perf_counter()
+    warmup()
+    prefect_start_s = time.perf_counter() - t0
+
+    flow_s, direct_s, identical = [], [], []
+    for i in range(args.repeats):
+        run = create_run(root, config, run_id=f"direct-{i}", preset=args.preset)
+        t0 = time.perf_counter()
+        frames = direct_generation(run, runtime, config, root / f"direct-{i}-updated")
+        direct_s.append(time.perf_counter() - t0)
+
+        run = create_run(root, config, run_id=f"flow-{i}", preset=args.preset)
+        t0 = time.perf_counter()
+        generation_flow(str(run.root), 0)
+        flow_s.append(time.perf_counter() - t0)
+        identical.append(same_results(frames, run))
+        print(f"repeat {i}: direct {direct_s[-1]:.2f} s, flow {flow_s[-1]:.2f} s", file=sys.stderr)
+
+    flow_med, direct_med = statistics.median(flow_s), statistics.median(direct_s)
+    print(
+        json.dumps(
+            {
+                "preset": args.preset,
+                "repeats": args.repeats,
+                "flow_s": round(flow_med, 3),
+                "direct_s": round(direct_med, 3),
+                "flow_runs_s": [round(x, 3) for x in flow_s],
+                "direct_runs_s": [round(x, 3) for x in direct_s],
+                "overhead_s": round(flow_med - direct_med, 3),
+                "overhead_ratio": round(flow_med / direct_med, 4),
+                "same_artifacts": all(identical),
+                "setup_s": round(setup_s, 2),
+                "prefect_start_s": round(prefect_start_s, 2),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""The artifact store: schemas enforced, atomic writes, partial files found, run layout."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from populora_core.artifacts import (
+    SCHEMA_VERSION,
+    SUCCESS,
+    ArtifactError,
+    RunDir,
+    check_artifact,
+    full_schema,
+    is_complete,
+    mark_success,
+    partial_files,
+    read_artifact,
+    remove_partials,
+    write_artifact,
+)
+
+
+def pairings() -> pd.DataFrame:
+    return pd.DataFrame({"teacher_id": ["t0", "t1"], "student_id": ["s0", "s0"], "match_quality": [0.4, 0.9]})
+
+
+def test_written_artifact_has_its_schema_and_carries_run_generation_version(tmp_path):
+    path = write_artifact(pairings(), tmp_path, "pairings", run_id="r1", generation=3)
+    check_artifact(path)
+    assert pq.read_schema(path).remove_metadata().equals(full_schema("pairings"))
+    frame = read_artifact(tmp_path, "pairings")
+    assert list(frame["run_id"]) == ["r1", "r1"]
+    assert set(frame["generation"]) == {3} and set(frame["schema_version"]) == {SCHEMA_VERSION}
+    assert list(frame["teacher_id"]) == ["t0", "t1"]
+
+
+def test_frames_that_do_not_fit_are_refused_and_nothing_is_written(tmp_path):
+    with pytest.raises(ArtifactError, match="missing"):
+        write_artifact(pairings().drop(columns="match_quality"), tmp_path, "pairings", run_id="r", generation=0)
+    with pytest.raises(ArtifactError, match="unexpected"):
+        write_artifact(pairings().assign(extra=1), tmp_path, "pairings", run_id="r", generation=0)
+    with pytest.raises(ArtifactError, match="column"):
+        bad = pairings().assign(match_quality=["high", "low"])
+        write_artifact(bad, tmp_path, "pairings", run_id="r", generation=0)
+    with pytest.raises(ArtifactError, match="unknown artifact"):
+        write_artifact(pairings(), tmp_path, "nonsense", run_id="r", generation=0)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_other_schema_version_is_refused_on_read(tmp_path):
+    frame = pairings().assign(run_id="r", generation=0, schema_version=SCHEMA_VERSION + 1)
+    frame.to_parquet(tmp_path / "pairings.parquet")
+    with pytest.raises(ArtifactError, match="schema version"):
+        read_artifact(tmp_path, "pairings")
+    with pytest.raises(ArtifactError, match="missing"):
+        read_artifact(tmp_path, "ratings")
+
+
+def test_partial_files_are_found_and_removed(tmp_path):
+    (tmp_path / "gen_0000").mkdir()
+    (tmp_path / "gen_0000" / ".rollouts.parquet.tmp-1234").write_bytes(b"PAR1")
+    (tmp_path / "population" / ".gen_0001.tmp-abcd").mkdir(parents=True)
+    write_artifact(pairings(), tmp_path / "gen_0000", "pairings", run_id="r", generation=0)
+    assert len(partial_files(tmp_path)) == 2
+    remove_partials(tmp_path)
+    assert partial_files(tmp_path) == []
+    assert (tmp_path / "gen_0000" / "pairings.parquet").is_file()
+
+
+def test_run_layout_knows_complete_and_next_generations(tmp_path):
+    run = RunDir(tmp_path / "r")
+    for g in (0, 1, 2):
+        run.gen(g).mkdir(parents=True)
+    mark_success(run.gen(0), {"solve_rate": 0.5})
+    mark_success(run.gen(1), {"solve_rate": 0.25})
+    assert is_complete(run.gen(1)) and (run.gen(1) / SUCCESS).is_file()
+    assert run.complete_generations() == [0, 1]
+    assert run.next_generation() == 2
+    assert run.generations() == [0, 1, 2]

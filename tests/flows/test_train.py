@@ -1,0 +1,217 @@
+"""Training runs end to end through Prefect: artifacts, crash and resume, replay, bad input.
+
+Every run here is real: the cpu-tiny preset (SmolLM2-135M, 2 teachers + 2 students,
+evolution after every generation), the bubblewrap sandbox and a real Prefect server.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+from safetensors.torch import load_file
+
+from populora_core.artifacts import (
+    SUCCESS,
+    RunDir,
+    artifact_path,
+    artifacts_in,
+    check_artifact,
+    partial_files,
+    read_artifact,
+)
+from populora_core.population.adapters import POPULATION_TABLE
+from populora_core.stages import STAGE_OUTPUTS, STAGES
+from tests.flows.conftest import populora
+
+GENERATIONS = 2
+TRAIN = ["train", "--preset", "cpu-tiny", "--generations", str(GENERATIONS)]
+# Columns that measure time, not results.
+TIMING = {"verdicts": ["seconds"], "train_metrics": ["seconds"]}
+
+
+@pytest.fixture(scope="session")
+def reference_run(prefect_server, tiny_model, tmp_path_factory) -> RunDir:
+    """One uninterrupted cpu-tiny run of two generations."""
+    runs = tmp_path_factory.mktemp("runs")
+    result = populora([*TRAIN, "--run-id", "reference", "--runs-dir", str(runs)], prefect_server)
+    assert result.returncode == 0, result.stdout[-4000:]
+    return RunDir(runs / "reference")
+
+
+def members(run: RunDir, generation: int) -> pd.DataFrame:
+    return pd.read_parquet(run.members_dir(generation) / POPULATION_TABLE)
+
+
+def test_every_artifact_is_present_schema_valid_and_consistent(reference_run):
+    run = reference_run
+    assert run.complete_generations() == list(range(GENERATIONS))
+    assert json.loads(run.run_file.read_text())["run_id"] == "reference"
+    for g in range(GENERATIONS):
+        gen = run.gen(g)
+        assert (gen / SUCCESS).is_file()
+        names = {p.name.removesuffix(".parquet") for p in artifacts_in(gen)}
+        assert names == {n for outs in STAGE_OUTPUTS.values() for n in outs}
+        for path in artifacts_in(gen):
+            check_artifact(path)
+            frame = pd.read_parquet(path)
+            assert set(frame["run_id"]) <= {"reference"} and set(frame["generation"]) <= {g}
+        a = {name: read_artifact(gen, name) for name in names}
+        now, nxt = members(run, g), members(run, g + 1)
+        ids = set(now["adapter_id"])
+        # pairings and ratings reference existing adapters
+        assert set(a["pairings"]["teacher_id"]) | set(a["pairings"]["student_id"]) <= ids
+        assert set(a["ratings"]["adapter_id"]) == ids
+        assert set(a["train_metrics"]["adapter_id"]) == ids
+        # rollouts reference existing valid problems of their teacher
+        valid = a["problems"][a["problems"]["valid"]]
+        known = set(zip(valid["teacher_id"], valid["problem_id"], strict=True))
+        assert len(a["rollouts"]) > 0
+        assert set(zip(a["rollouts"]["teacher_id"], a["rollouts"]["problem_id"], strict=True)) <= known
+        assert list(a["verdicts"]["rollout_id"]) == list(a["rollouts"]["rollout_id"])
+        assert set(a["verdicts"]["status"]) <= {"correct", "wrong", "format_error"}
+        items = a["rewards"].groupby("kind")["item_id"].apply(set)
+        assert items["rollout"] == set(a["rollouts"]["rollout_id"])
+        assert items["proposal"] == set(a["proposals"]["proposal_id"])
+        # every teacher proposed; every pairing's student has work
+        assert set(a["proposals"]["teacher_id"]) == set(now.loc[now["role"] == "teacher", "adapter_id"])
+        assert set(a["rollouts"]["student_id"]) == set(a["pairings"]["student_id"])
+        # evolution at k=1: lineage parents existed, children are in the next population
+        assert len(a["lineage"]) >= 1
+        for row in a["lineage"].itertuples():
+            assert set(row.parents) <= ids and row.replaced_id in ids
+            assert row.child_id in set(nxt["adapter_id"]) and row.replaced_id not in set(nxt["adapter_id"])
+        assert set(a["buffers"]["teacher_id"]) == set(nxt.loc[nxt["role"] == "teacher", "adapter_id"])
+        for adapter_id in nxt["adapter_id"]:
+            assert (run.members_dir(g + 1) / adapter_id / "adapter_model.safetensors").is_file()
+    assert partial_files(run.root) == []
+
+
+def test_status_and_runs_commands_describe_the_run(reference_run, prefect_server):
+    status = populora(["status", str(reference_run.root)], prefect_server)
+    assert status.returncode == 0, status.stdout
+    assert f"complete generations: {GENERATIONS} of {GENERATIONS}" in status.stdout
+    runs = populora(["runs", "--runs-dir", str(reference_run.root.parent)], prefect_server)
+    assert "reference" in runs.stdout and "complete" in runs.stdout
+
+
+def _frames(run: RunDir) -> dict[str, pd.DataFrame]:
+    out = {}
+    for g in range(GENERATIONS):
+        for path in artifacts_in(run.gen(g)):
+            name = path.name.removesuffix(".parquet")
+            frame = pd.read_parquet(path).drop(columns=["run_id", *TIMING.get(name, [])])
+            out[f"gen_{g}/{name}"] = frame
+    for g in range(GENERATIONS + 1):
+        out[f"population/{g}"] = members(run, g)
+    return out
+
+
+def _adapters(run: RunDir) -> dict[str, dict]:
+    found = {}
+    for path in sorted(run.root.rglob("adapter_model.safetensors")):
+        found[str(path.relative_to(run.root))] = load_file(str(path))
+    return found
+
+
+def test_sigkill_during_each_stage_then_resume_gives_the_uninterrupted_artifacts(
+    reference_run, prefect_server, tmp_path
+):
+    runs = tmp_path / "runs"
+    run = RunDir(runs / "crashed")
+    faults = [(stage, 0) for stage in STAGES] + [("propose", 1)]
+    for i, (stage, generation) in enumerate(faults):
+        args = [*TRAIN, "--run-id", "crashed", "--runs-dir", str(runs)] if i == 0 else ["resume", str(run.root)]
+        result = populora(args, prefect_server, fault=f"{stage}@{generation}")
+        assert result.returncode == -9, (stage, result.stdout[-3000:])
+        gen = run.gen(generation)
+        assert partial_files(gen), stage  # killed half-way through writing
+        assert not (gen / SUCCESS).exists()
+        assert not artifact_path(gen, STAGE_OUTPUTS[stage][-1]).exists()
+    final = populora(["resume", str(run.root)], prefect_server)
+    assert final.returncode == 0, final.stdout[-3000:]
+    assert run.complete_generations() == list(range(GENERATIONS))
+    assert partial_files(run.root) == []
+
+    expected, got = _frames(reference_run), _frames(run)
+    assert sorted(got) == sorted(expected)
+    for key in expected:
+        pd.testing.assert_frame_equal(got[key], expected[key], obj=key)
+    ref_adapters, new_adapters = _adapters(reference_run), _adapters(run)
+    assert sorted(new_adapters) == sorted(ref_adapters)
+    for key, tensors in ref_adapters.items():
+        for name, tensor in tensors.items():
+            assert new_adapters[key][name].equal(tensor), (key, name)
+    # the final generation reports which stages were already done when it resumed
+    resumed = json.loads((run.gen(1) / SUCCESS).read_text())["resumed_stages"]
+    assert resumed == ["pair"]
+
+
+def test_replay_recomputes_from_a_stage_without_regenerating_upstream(reference_run, prefect_server, tmp_path):
+    out = tmp_path / "replayed"
+    result = populora(
+        [
+            "replay",
+            str(reference_run.root),
+            "--from",
+            "reward",
+            "--generation",
+            "0",
+            "--set",
+            "rewards.format_error=-3.0",
+            "--out",
+            str(out),
+        ],
+        prefect_server,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    new = RunDir(out)
+    info = json.loads(new.run_file.read_text())
+    assert info["replay_from"] == {"stage": "reward", "generation": 0, "overrides": ["rewards.format_error=-3.0"]}
+    for name in ("pairings", "proposals", "problems", "rollouts", "verdicts"):  # linked, not regenerated
+        src, dst = reference_run.gen(0) / f"{name}.parquet", new.gen(0) / f"{name}.parquet"
+        assert src.stat().st_ino == dst.stat().st_ino, name
+    old_r, new_r = read_artifact(reference_run.gen(0), "rewards"), read_artifact(new.gen(0), "rewards")
+    fmt = read_artifact(new.gen(0), "verdicts").set_index("rollout_id")["status"] == "format_error"
+    students = new_r[new_r["kind"] == "rollout"].set_index("item_id")["reward"]
+    assert (students[fmt[fmt].index] == -3.0).all() and fmt.any()
+    assert not old_r["reward"].equals(new_r["reward"])
+    assert new.complete_generations() == [0]
+    assert partial_files(new.root) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "population.teachers=0"], "population.teachers"),
+        (["--set", "grpo.no_such_field=1"], "grpo.no_such_field"),
+        (["--set", "model.name=/nonexistent/model"], "/nonexistent/model"),
+        (["--set", "sandbox.backend=docker", "--set", "sandbox.docker_image=populora-absent:0"], "docker"),
+        (["--preset", "no-such-preset"], "no-such-preset"),
+    ],
+)
+def test_bad_input_fails_fast_and_leaves_no_run(args, message, tmp_path, prefect_server):
+    runs = tmp_path / "runs"
+    argv = ["train", *(["--preset", "cpu-tiny"] if "--preset" not in args else []), *args]
+    result = populora([*argv, "--run-id", "bad", "--runs-dir", str(runs)], prefect_server, timeout=300)
+    assert result.returncode == 2, result.stdout[-2000:]
+    assert message in result.stdout
+    assert not (runs / "bad").exists()
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_broken_yaml_config_names_the_field(tmp_path, prefect_server):
+    config = tmp_path / "run.yaml"
+    config.write_text("population:\n  teachers: two\nevolution:\n  every_k: 0\n")
+    result = populora(["train", "--config", str(config), "--runs-dir", str(tmp_path / "runs")], prefect_server)
+    assert result.returncode == 2
+    assert "population.teachers" in result.stdout and "evolution.every_k" in result.stdout
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_resume_of_a_missing_run_is_a_clear_error(tmp_path, prefect_server):
+    result = populora(["resume", str(tmp_path / "nowhere")], prefect_server)
+    assert result.returncode == 2 and "no run at" in result.stdout
+    shutil.rmtree(tmp_path, ignore_errors=True)
