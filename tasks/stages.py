@@ -16,6 +16,7 @@ to kill the flow during each stage in turn.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -44,6 +45,13 @@ from populora_core.runtime import get_runtime
 FAULT_ENV = "POPULORA_FAULT"
 
 
+@functools.lru_cache(maxsize=32)
+def _run_settings(config_file: str, mtime_ns: int) -> tuple[RunConfig, Path]:
+    """A run's config and model path, parsed once per process (keyed by the file's mtime)."""
+    run = RunDir(Path(config_file).parent)
+    return run_config(run), Path(run.info()["model_path"])
+
+
 class StageContext:
     """What a stage task needs: the run's paths and config, readers and a writer."""
 
@@ -52,8 +60,7 @@ class StageContext:
         self.generation = generation
         self.stage = stage
         self.dir = self.run.gen(generation)
-        self.config: RunConfig = run_config(self.run)
-        self.model_path = Path(self.run.info()["model_path"])
+        self.config, self.model_path = _run_settings(str(self.run.config_file), self.run.config_file.stat().st_mtime_ns)
 
     def read(self, name: str, generation: int | None = None) -> pd.DataFrame:
         return read_artifact(self.run.gen(self.generation if generation is None else generation), name)
