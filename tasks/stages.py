@@ -11,7 +11,8 @@ inside the run directory, so two runs never share results.
 
 ``POPULORA_FAULT=<stage>@<generation>`` makes the process SIGKILL itself while
 writing that stage's artifact (half a temp file on disk): the crash tests use it
-to kill the flow during each stage in turn.
+to kill the flow during each stage in turn. With ``POPULORA_FAULT_ONCE=<file>`` it
+fires only the first time (the file records it), so a retried flow run gets through.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from populora_core.runs import run_config
 from populora_core.runtime import get_runtime
 
 FAULT_ENV = "POPULORA_FAULT"
+FAULT_ONCE_ENV = "POPULORA_FAULT_ONCE"
 
 
 @functools.lru_cache(maxsize=32)
@@ -50,6 +52,19 @@ def _run_settings(config_file: str, mtime_ns: int) -> tuple[RunConfig, Path]:
     """A run's config and model path, parsed once per process (keyed by the file's mtime)."""
     run = RunDir(Path(config_file).parent)
     return run_config(run), Path(run.info()["model_path"])
+
+
+def _fault_armed() -> bool:
+    """With POPULORA_FAULT_ONCE=<file>, the fault fires only while the file does not exist
+    (it is created first): a retried run then gets through."""
+    once = os.environ.get(FAULT_ONCE_ENV)
+    if not once:
+        return True
+    try:
+        Path(once).touch(exist_ok=False)
+    except FileExistsError:
+        return False
+    return True
 
 
 class StageContext:
@@ -66,7 +81,7 @@ class StageContext:
         return read_artifact(self.run.gen(self.generation if generation is None else generation), name)
 
     def write(self, name: str, frame: pd.DataFrame) -> Path:
-        if os.environ.get(FAULT_ENV) == f"{self.stage}@{self.generation}":
+        if os.environ.get(FAULT_ENV) == f"{self.stage}@{self.generation}" and _fault_armed():
             self._die_mid_write(name, frame)
         return write_artifact(frame, self.dir, name, run_id=self.run.run_id, generation=self.generation)
 

@@ -31,7 +31,9 @@ def prefect(args: list[str], env: dict, timeout: float = 600) -> subprocess.Comp
     return result
 
 
-def test_generation_deployment_runs_on_a_worker_and_publishes_its_table(prefect_server, tiny_model, tmp_path):
+def test_generation_deployment_crashes_is_retried_from_the_ui_and_publishes_its_table(
+    prefect_server, tiny_model, tmp_path
+):
     env = dict(prefect_server, POPULORA_ROOT=str(REPO), COLUMNS="250")
     prefect(["work-pool", "create", "populora", "--type", "process", "--overwrite"], env)
     prefect(["deploy", "--all"], env)
@@ -40,13 +42,33 @@ def test_generation_deployment_runs_on_a_worker_and_publishes_its_table(prefect_
         assert name in listed
 
     run = create_run(tmp_path / "runs", load_config(preset="cpu-tiny"), run_id="deployed", preset="cpu-tiny")
+    # the first attempt is killed (SIGKILL) while writing the verdicts
+    fault = {"POPULORA_FAULT": "verify@0", "POPULORA_FAULT_ONCE": str(tmp_path / "fault-fired")}
     started = prefect(
-        ["deployment", "run", "populora-generation/generation", "--param", f"run_dir={run.root}"], env
+        [
+            "deployment",
+            "run",
+            "populora-generation/generation",
+            "--param",
+            f"run_dir={run.root}",
+            "--job-variable",
+            f"env={json.dumps(fault)}",
+        ],
+        env,
     ).stdout
     flow_run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", started).group(1)
     prefect(["worker", "start", "--pool", "populora", "--run-once"], env, timeout=900)
+    assert (tmp_path / "fault-fired").exists()
+    assert RunDir(run.root).complete_generations() == []
+    with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}), get_client(sync_client=True) as client:
+        assert not client.read_flow_run(flow_run_id).state.is_completed()
 
+    # the UI's Retry: the same flow run again; stages done before the crash are not recomputed
+    prefect(["flow-run", "retry", flow_run_id], env)
+    prefect(["worker", "start", "--pool", "populora", "--run-once"], env, timeout=900)
     assert RunDir(run.root).complete_generations() == [0]
+    resumed = json.loads((run.gen(0) / "_SUCCESS").read_text())["resumed_stages"]
+    assert resumed == ["pair", "propose", "validate", "solve"]
     key = artifact_key("deployed", 0)
     with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}), get_client(sync_client=True) as client:
         flow_run = client.read_flow_run(flow_run_id)
