@@ -39,7 +39,7 @@ from populora_core import stages
 from populora_core.artifacts import RunDir, read_artifact
 from populora_core.config import load_config
 from populora_core.population.adapters import POPULATION_TABLE, members_from_frame
-from populora_core.runs import create_run
+from populora_core.runs import create_run, load_or_make_centroids
 from populora_core.runtime import get_runtime
 
 
@@ -52,7 +52,8 @@ def direct_generation(run: RunDir, runtime, config, out_dir: Path) -> dict[str, 
     f: dict[str, pd.DataFrame] = {}
     f["pairings"] = stages.pair(members, config, g)
     f["proposals"] = stages.propose(members, buffers, runtime.backend, config, g)
-    f["problems"] = stages.validate(f["proposals"], buffers, runtime.pool, config, g)
+    centroids = load_or_make_centroids(run, config)
+    f["problems"] = stages.validate(f["proposals"], buffers, runtime.pool, config, g, centroids)
     f["rollouts"] = stages.solve(f["problems"], f["pairings"], runtime.backend, config, g)
     f["verdicts"] = stages.verify(f["rollouts"], f["problems"], runtime.pool, config)
     f["rewards"] = stages.reward(f["proposals"], f["problems"], f["rollouts"], f["verdicts"], config)
@@ -62,7 +63,8 @@ def direct_generation(run: RunDir, runtime, config, out_dir: Path) -> dict[str, 
     f["ratings"], f["matches"] = stages.rate(members, f["verdicts"], config)
     next_members, _, f["lineage"] = stages.evolve(members, out_dir, f["ratings"], config, g)
     f["buffers"] = stages.next_buffers(buffers, f["problems"], f["lineage"], next_members, config, g)
-    f["coverage"] = stages.summarize(f["problems"], f["verdicts"])
+    no_cells = pd.DataFrame(columns=["teacher_id", "cvt_cell"])
+    f["coverage"] = stages.summarize(f["problems"], f["verdicts"], no_cells, config.coverage.cells)
     return f
 
 
@@ -117,11 +119,13 @@ def main() -> None:
         for i in range(args.repeats):
             time.sleep(args.pause)  # let Prefect's server finish the previous run's events
             run = create_run(root, config, run_id=f"direct-{i}", preset=args.preset)
+            load_or_make_centroids(run, config)  # a per-run cost, paid before timing on both sides
             t0 = time.perf_counter()
             frames = direct_generation(run, runtime, config, root / f"direct-{i}-updated")
             direct_s.append(time.perf_counter() - t0)
 
             run = create_run(root, config, run_id=f"flow-{i}", preset=args.preset)
+            load_or_make_centroids(run, config)
             t0 = time.perf_counter()
             generation_flow(str(run.root), 0)
             flow_s.append(time.perf_counter() - t0)

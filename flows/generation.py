@@ -67,6 +67,7 @@ def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     means = ", ".join(f"{k} {summary[f'{k}_mean']:.1f}" for k in ("ast_depth", "cyclomatic", "loc", "halstead"))
     lines += ["", f"Complexity of valid proposals (means): {means}"]
+    lines += [f"CVT coverage: {summary['coverage']:.1%} this generation, {summary['cumulative_coverage']:.1%} so far"]
     if summary["replaced"]:
         lines += ["", "Replaced: " + ", ".join(f"{old} → {new}" for old, new in summary["replaced"].items())]
     lines += ["", "Artifacts:"]
@@ -81,6 +82,7 @@ def one_line(generation: int, summary: dict) -> str:
     return (
         f"gen {generation:>3} | valid {summary['valid_rate']:4.0%} | solved {summary['solve_rate']:4.0%} "
         f"(format err {summary['format_error_rate']:4.0%}) | teacher reward {mean_reward:+.2f} | "
+        f"coverage {summary['coverage']:.1%} (all {summary['cumulative_coverage']:.1%}) | "
         f"replaced {len(summary['replaced'])} | {summary['seconds']:.0f} s"
     )
 
@@ -115,6 +117,7 @@ def generation_flow(run_dir: str, generation: int | None = None, until: str | No
         read_artifact(gen, "rewards"),
         read_artifact(gen, "ratings"),
         read_artifact(gen, "lineage"),
+        read_artifact(gen, "coverage"),
     )
     summary["seconds"] = sum(r["seconds"] for r in records.values())
     summary["wall_seconds"] = time.perf_counter() - started

@@ -73,6 +73,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("valid", _BOOL),
             ("reason", _STR),
             *_COMPLEXITY,
+            ("cvt_cell", _I32),
         ]
     ),
     "rollouts": pa.schema(
@@ -173,6 +174,9 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("valid_rate", _F64),
             ("solve_rate", _F64),
             *_COMPLEXITY,
+            ("cells", _I32),
+            ("coverage", _F64),
+            ("cumulative_coverage", _F64),
         ]
     ),
     "buffers": pa.schema([("teacher_id", _STR), *_PROBLEM, ("added_generation", _I32)]),
@@ -309,6 +313,10 @@ class RunDir:
     @property
     def run_file(self) -> Path:
         return self.root / RUN_FILE
+
+    @property
+    def centroids_file(self) -> Path:
+        return self.root / "cvt_centroids.parquet"
 
     @property
     def population(self) -> Path:

@@ -328,6 +328,15 @@ class BudgetConfig(_Frozen):
     """Most recent valid problems a teacher's buffer keeps."""
 
 
+class CoverageConfig(_Frozen):
+    """The CVT archive coverage is measured on (populora_core/metrics/coverage.py)."""
+
+    cells: int = Field(1024, ge=2)
+    """Centroids of the archive: computed once per run from the run seed and stored."""
+    samples: int = Field(50_000, ge=100)
+    """Uniform samples the CVT k-means runs on."""
+
+
 class RunConfig(_Frozen):
     """A whole run; each field is one component's settings."""
 
@@ -345,6 +354,7 @@ class RunConfig(_Frozen):
     evolution: EvolutionConfig = EvolutionConfig()
     rewards: RewardConfig = RewardConfig()
     grpo: GRPOConfig = GRPOConfig()
+    coverage: CoverageConfig = CoverageConfig()
 
 
 # presets ------------------------------------------------------------------------

@@ -80,6 +80,8 @@ def prepare_replay(
             "replay_from": {"stage": from_stage, "generation": generation, "overrides": list(overrides)},
         }
         new.run_file.write_text(json.dumps(info, indent=2))
+        if source.centroids_file.is_file():
+            _link_file(source.centroids_file, new.centroids_file)
         for g in range(generation + 1):
             _link_tree(source.members_dir(g), new.members_dir(g))
         for g in range(generation):

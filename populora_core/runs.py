@@ -18,6 +18,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 from populora_core.artifacts import TMP_MARK, RunDir, read_success
 from populora_core.config import ConfigError, RunConfig, config_to_yaml, load_config
 from populora_core.population.adapters import create_population, lora_shapes, save_population
@@ -141,6 +144,18 @@ def run_status(run: RunDir) -> RunStatus:
         next_generation=nxt,
         next_stages_done=done,
     )
+
+
+def load_or_make_centroids(run: RunDir, config: RunConfig) -> np.ndarray:
+    """The run's CVT centroids (``cvt_centroids.parquet``), computed once from the run seed."""
+    from populora_core.artifacts import write_parquet_atomic
+    from populora_core.metrics.coverage import DESCRIPTOR_NAMES, cvt_centroids
+
+    path = run.centroids_file
+    if not path.is_file():
+        centroids = cvt_centroids(config.coverage.cells, config.seed, config.coverage.samples)
+        write_parquet_atomic(pd.DataFrame(centroids, columns=list(DESCRIPTOR_NAMES)), path)
+    return pd.read_parquet(path).to_numpy(dtype=np.float64)
 
 
 def generation_summaries(run: RunDir) -> list[dict]:

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from populora_core.config import RunConfig
 from populora_core.inference.base import GenerationRequest, SamplingParams
 from populora_core.metrics.complexity import METRIC_NAMES, complexity_metrics
+from populora_core.metrics.coverage import coverage, problem_cells
 from populora_core.population.adapters import (
     Member,
     load_adapter,
@@ -216,10 +217,18 @@ def _columns(name: str) -> list[str]:
 
 
 # validate ------------------------------------------------------------------------
-def validate(proposals: pd.DataFrame, buffers: pd.DataFrame, pool, config: RunConfig, generation: int) -> pd.DataFrame:
+def validate(
+    proposals: pd.DataFrame,
+    buffers: pd.DataFrame,
+    pool,
+    config: RunConfig,
+    generation: int,
+    centroids: np.ndarray,
+) -> pd.DataFrame:
     """Proposals judged in the sandbox (gold outputs from two runs), repeats within a
     teacher rejected, then each teacher's problem set topped up from its buffer to
-    ``budget.problems_per_match`` so every student has work."""
+    ``budget.problems_per_match`` so every student has work. Valid problems get their
+    CVT cell (``metrics.coverage``); invalid ones −1."""
     results = validate_proposals(
         list(zip(proposals["task_type"], proposals["completion"], strict=True)), pool, config.problems
     )
@@ -267,7 +276,10 @@ def validate(proposals: pd.DataFrame, buffers: pd.DataFrame, pool, config: RunCo
                     **complexity_metrics(problem.program),
                 }
             )
-    return pd.DataFrame(rows, columns=_columns("problems"))
+    frame = pd.DataFrame(rows, columns=[c for c in _columns("problems") if c != "cvt_cell"])
+    cells = problem_cells(list(frame["program"]), centroids)
+    frame["cvt_cell"] = np.where(frame["valid"].to_numpy(dtype=bool), cells, -1)
+    return frame
 
 
 # solve ---------------------------------------------------------------------------
@@ -542,14 +554,20 @@ def next_buffers(
     return pd.concat(parts, ignore_index=True)[_columns("buffers")] if parts else frame.iloc[:0]
 
 
-def summarize(problems: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
-    """Per teacher and overall ("*"): proposals, valid rate, paired solve rate, complexity means."""
+def summarize(
+    problems: pd.DataFrame, verdicts: pd.DataFrame, earlier_cells: pd.DataFrame, cells_total: int
+) -> pd.DataFrame:
+    """Per teacher and overall ("*"): proposals, valid rate, paired solve rate, complexity
+    means, and CVT coverage: this generation's fresh valid problems, and cumulative with
+    ``earlier_cells`` (teacher_id, cvt_cell of the valid fresh problems of earlier generations)."""
     fresh = problems[problems["source"] == "fresh"]
+    so_far = pd.concat([earlier_cells, fresh.loc[fresh["valid"], ["teacher_id", "cvt_cell"]]], ignore_index=True)
     solved = verdicts.assign(correct=verdicts["status"] == "correct")
     rows = []
     for teacher_id, part in [*fresh.groupby("teacher_id", sort=True), ("*", fresh)]:
         valid = part[part["valid"]]
         s = solved if teacher_id == "*" else solved[solved["teacher_id"] == teacher_id]
+        mine = so_far if teacher_id == "*" else so_far[so_far["teacher_id"] == teacher_id]
         rows.append(
             {
                 "teacher_id": teacher_id,
@@ -558,6 +576,9 @@ def summarize(problems: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
                 "valid_rate": len(valid) / len(part) if len(part) else float("nan"),
                 "solve_rate": float(s["correct"].mean()) if len(s) else float("nan"),
                 **{k: float(valid[k].mean()) if len(valid) else float("nan") for k in METRIC_NAMES},
+                "cells": len(set(valid["cvt_cell"])),
+                "coverage": coverage(valid["cvt_cell"], cells_total),
+                "cumulative_coverage": coverage(mine["cvt_cell"], cells_total),
             }
         )
     return pd.DataFrame(rows, columns=_columns("coverage"))
@@ -569,6 +590,7 @@ def generation_summary(
     rewards: pd.DataFrame,
     ratings: pd.DataFrame,
     lineage: pd.DataFrame,
+    coverage_frame: pd.DataFrame,
 ) -> dict:
     """Headline figures of one generation (the CLI's one-line summary and the UI table)."""
     fresh = problems[problems["source"] == "fresh"]
@@ -587,6 +609,8 @@ def generation_summary(
             for r in ratings.itertuples(index=False)
         },
         "replaced": {r.replaced_id: r.child_id for r in lineage.itertuples(index=False)},
+        "coverage": float(coverage_frame.set_index("teacher_id").loc["*", "coverage"]),
+        "cumulative_coverage": float(coverage_frame.set_index("teacher_id").loc["*", "cumulative_coverage"]),
         **{
             f"{k}_mean": float(fresh.loc[fresh["valid"], k].mean()) if fresh["valid"].any() else float("nan")
             for k in METRIC_NAMES

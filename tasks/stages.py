@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 from prefect import task
@@ -40,7 +41,7 @@ from populora_core.artifacts import (
 )
 from populora_core.config import RunConfig
 from populora_core.population.adapters import POPULATION_TABLE, members_from_frame, save_population
-from populora_core.runs import run_config
+from populora_core.runs import load_or_make_centroids, run_config
 from populora_core.runtime import get_runtime
 
 FAULT_ENV = "POPULORA_FAULT"
@@ -104,6 +105,10 @@ class StageContext:
             return stages.seed_buffers([m.adapter_id for m in self.members() if m.plays("teacher")])
         return self.read("buffers", self.generation - 1)
 
+    def centroids(self) -> np.ndarray:
+        """The run's CVT centroids, computed from the run seed on first use and stored."""
+        return load_or_make_centroids(self.run, self.config)
+
     def runtime(self):
         return get_runtime(self.config, self.model_path)
 
@@ -166,7 +171,8 @@ def propose(ctx: StageContext) -> None:
 @stage_task("validate")
 def validate(ctx: StageContext) -> None:
     """Proposals run in the sandbox; gold outputs; top-ups from the buffers."""
-    frame = stages.validate(ctx.read("proposals"), ctx.buffers(), ctx.runtime().pool, ctx.config, ctx.generation)
+    proposals, pool = ctx.read("proposals"), ctx.runtime().pool
+    frame = stages.validate(proposals, ctx.buffers(), pool, ctx.config, ctx.generation, ctx.centroids())
     ctx.write("problems", frame)
 
 
@@ -242,7 +248,11 @@ def measure(ctx: StageContext) -> None:
         ctx.buffers(), problems, ctx.read("lineage"), ctx.members(ctx.generation + 1), ctx.config, ctx.generation
     )
     ctx.write("buffers", buffers)
-    ctx.write("coverage", stages.summarize(problems, ctx.read("verdicts")))
+    earlier = [ctx.read("problems", g) for g in range(ctx.generation)]
+    cells = [e.loc[e["valid"] & (e["source"] == "fresh"), ["teacher_id", "cvt_cell"]] for e in earlier]
+    earlier_cells = pd.concat(cells, ignore_index=True) if cells else pd.DataFrame(columns=["teacher_id", "cvt_cell"])
+    summary = stages.summarize(problems, ctx.read("verdicts"), earlier_cells, ctx.config.coverage.cells)
+    ctx.write("coverage", summary)
 
 
 STAGE_TASKS = {

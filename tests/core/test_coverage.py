@@ -1,0 +1,63 @@
+"""CVT coverage over problem descriptors (pyribs' CVTArchive centroids)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from populora_core.metrics.coverage import (
+    DESCRIPTOR_NAMES,
+    coverage,
+    cvt_centroids,
+    descriptor,
+    problem_cells,
+)
+
+IDENTITY = "def f(a):\n    return a"
+DIVERSE = [
+    IDENTITY,
+    "def f(d):\n    out = []\n    for k, v in d.items():\n        if v > 2:\n"
+    "            out.append(k)\n    return sorted(out)",
+    "def f(s):\n    return ''.join(c.upper() if i % 2 else c for i, c in enumerate(s))",
+    "def f(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a",
+    "def f(xs):\n    return [x * x for x in xs if x % 3 == 0][::-1]",
+    "def f(x):\n    if x < 0:\n        return -1\n    elif x == 0:\n        return 0\n"
+    "    while x > 10:\n        x //= 2\n"
+    "    try:\n        return 10 // x\n    except ZeroDivisionError:\n        return None",
+]
+
+
+@pytest.fixture(scope="module")
+def centroids() -> np.ndarray:
+    return cvt_centroids(1024, seed=0, samples=20_000)
+
+
+def test_descriptor_is_in_the_unit_cube_and_none_for_broken_source():
+    for source in DIVERSE:
+        d = descriptor(source)
+        assert d.shape == (len(DESCRIPTOR_NAMES),) and ((d >= 0) & (d <= 1)).all()
+    assert descriptor("def f(:\n") is None
+
+
+def test_centroids_are_seeded_and_stored_shape(centroids):
+    assert centroids.shape == (1024, len(DESCRIPTOR_NAMES))
+    again = cvt_centroids(1024, seed=0, samples=20_000)
+    np.testing.assert_array_equal(again, centroids)
+
+
+def test_identical_problems_fill_one_cell(centroids):
+    cells = problem_cells([IDENTITY] * 20, centroids)
+    assert len(set(cells)) == 1
+    assert coverage(cells, 1024) == 1 / 1024
+
+
+def test_different_programs_cover_more_cells(centroids):
+    cells = problem_cells(DIVERSE, centroids)
+    assert len(set(cells)) >= 4
+    assert coverage(cells, 1024) > coverage(problem_cells([IDENTITY] * 6, centroids), 1024)
+
+
+def test_unparseable_programs_are_no_cell(centroids):
+    cells = problem_cells(["def f(:", IDENTITY], centroids)
+    assert cells[0] == -1 and cells[1] >= 0
+    assert coverage([-1, -1], 1024) == 0.0
