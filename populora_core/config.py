@@ -271,6 +271,9 @@ class GRPOConfig(_Frozen):
     """Sequences per forward/backward; gradients accumulate over the whole batch."""
     epochs: int = Field(1, ge=1)
     """Passes over one generation's rollouts."""
+    minibatches: int = Field(1, ge=1)
+    """Optimizer steps per pass: the rollouts split into this many minibatches (a
+    compute-matched single-agent baseline takes as many steps as the population's adapters)."""
     max_grad_norm: float = Field(1.0, gt=0)
     logprob_chunk: int = Field(64, ge=1)
     """Positions per chunk when turning logits into float32 log-probs (a
@@ -357,6 +360,13 @@ class RunConfig(_Frozen):
     coverage: CoverageConfig = CoverageConfig()
 
 
+def _merge(base: dict, update: dict) -> dict:
+    out = dict(base)
+    for key, value in update.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 # presets ------------------------------------------------------------------------
 PRESETS: dict[str, dict] = {
     "cpu-tiny": {
@@ -400,15 +410,27 @@ PRESETS: dict[str, dict] = {
 """Named starting points; a YAML file or `--set key=value` overrides any field."""
 
 
+def _baseline_of(name: str, adapters: int, proposals: int, problems: int) -> dict:
+    """The single-agent baseline of a population preset, compute-matched: one adapter
+    in both roles samples the population's proposals and solutions and takes as many
+    optimizer steps (minibatches) per generation as the population's adapters do."""
+    base = PRESETS[name]
+    return _merge(
+        base,
+        {
+            "population": {"single_agent": True, "teachers": 1, "students": 1},
+            "budget": {"proposals_per_teacher": proposals, "problems_per_match": problems},
+            "grpo": {"minibatches": adapters},
+        },
+    )
+
+
+PRESETS["cpu-tiny-baseline"] = _baseline_of("cpu-tiny", adapters=4, proposals=4, problems=4)
+PRESETS["cpu-small-baseline"] = _baseline_of("cpu-small", adapters=8, proposals=12, problems=12)
+
+
 class ConfigError(ValueError):
     """A run configuration that cannot be used; the message names the field."""
-
-
-def _merge(base: dict, update: dict) -> dict:
-    out = dict(base)
-    for key, value in update.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
 
 
 def parse_override(text: str) -> dict:

@@ -12,6 +12,7 @@ exactly.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -70,6 +71,31 @@ def _pad(batch: Sequence[Rollout], pad_id: int) -> tuple[torch.Tensor, ...]:
     return ids, attn, comp, old
 
 
+def _minibatch_step(model, chunk: Sequence[Rollout], params, config: GRPOConfig, pad_id: int, autocast, sums) -> float:
+    """Gradients of one minibatch (token-mean over it, micro-batch by micro-batch); returns the clipped norm."""
+    chunk_tokens = sum(len(r.completion_ids) for r in chunk)
+    for s in range(0, len(chunk), config.micro_batch_size):
+        batch = chunk[s : s + config.micro_batch_size]
+        ids, attn, comp, old = _pad(batch, pad_id)
+        adv = torch.tensor([r.advantage for r in batch], dtype=torch.float32)
+        start = min(len(r.prompt_ids) for r in batch) - 1  # first position predicting a completion token
+        comp, old = comp[:, start:], old[:, start:]
+        with autocast:
+            logp = token_logprobs(model, ids, attn, config.logprob_chunk, start)
+        ref = None
+        if config.kl_coef > 0:
+            no_adapter = model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
+            with torch.no_grad(), no_adapter, autocast:
+                ref = token_logprobs(model, ids, attn, config.logprob_chunk, start)
+        loss, metrics = policy_loss(logp, old, adv, comp, config.clip_eps, ref, config.kl_coef)
+        weight = comp.sum() / max(1, chunk_tokens)  # token-mean over the minibatch
+        (loss * weight).backward()
+        sums["loss"] += float(loss.detach()) * float(weight)
+        sums["clip_frac"] += metrics["clip_frac"] * float(weight)
+        sums["kl"] += metrics.get("kl", 0.0) * float(weight)
+    return float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+
+
 def trainable_parameters(model, adapter_id: str) -> list[torch.nn.Parameter]:
     """The parameters of ``adapter_id`` only, marked trainable; all others frozen."""
     params = []
@@ -116,30 +142,14 @@ def update_adapter(
     sums = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0}
     steps = 0
     grad_norm = 0.0
+    parts = min(config.minibatches, len(rollouts))
+    bounds = [round(i * len(rollouts) / parts) for i in range(parts + 1)]
     for _ in range(config.epochs):
-        optimizer.zero_grad(set_to_none=True)
-        for s in range(0, len(rollouts), config.micro_batch_size):
-            batch = rollouts[s : s + config.micro_batch_size]
-            ids, attn, comp, old = _pad(batch, pad_id)
-            adv = torch.tensor([r.advantage for r in batch], dtype=torch.float32)
-            start = min(len(r.prompt_ids) for r in batch) - 1  # first position predicting a completion token
-            comp, old = comp[:, start:], old[:, start:]
-            with autocast:
-                logp = token_logprobs(model, ids, attn, config.logprob_chunk, start)
-            ref = None
-            if config.kl_coef > 0:
-                no_adapter = model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
-                with torch.no_grad(), no_adapter, autocast:
-                    ref = token_logprobs(model, ids, attn, config.logprob_chunk, start)
-            loss, metrics = policy_loss(logp, old, adv, comp, config.clip_eps, ref, config.kl_coef)
-            weight = comp.sum() / max(1, total_tokens)  # token-mean over the whole batch
-            (loss * weight).backward()
-            sums["loss"] += float(loss.detach()) * float(weight)
-            sums["clip_frac"] += metrics["clip_frac"] * float(weight)
-            sums["kl"] += metrics.get("kl", 0.0) * float(weight)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
-        optimizer.step()
-        steps += 1
+        for lo, hi in itertools.pairwise(bounds):
+            optimizer.zero_grad(set_to_none=True)
+            grad_norm = _minibatch_step(model, rollouts[lo:hi], params, config, pad_id, autocast, sums)
+            optimizer.step()
+            steps += 1
     optimizer.zero_grad(set_to_none=True)
     if checkpointing:
         getattr(model, "activation_checkpointing_disable", model.gradient_checkpointing_disable)()

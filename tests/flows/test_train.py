@@ -215,3 +215,35 @@ def test_resume_of_a_missing_run_is_a_clear_error(tmp_path, prefect_server):
     result = populora(["resume", str(tmp_path / "nowhere")], prefect_server)
     assert result.returncode == 2 and "no run at" in result.stdout
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_single_agent_baseline_runs_through_the_flow_compute_matched(reference_run, prefect_server, tmp_path):
+    runs = tmp_path / "runs"
+    result = populora(
+        [
+            "train",
+            "--preset",
+            "cpu-tiny-baseline",
+            "--generations",
+            "1",
+            "--run-id",
+            "baseline",
+            "--runs-dir",
+            str(runs),
+        ],
+        prefect_server,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    run = RunDir(runs / "baseline")
+    assert run.complete_generations() == [0]
+    pop = members(run, 0)
+    assert len(pop) == 1 and sorted(pop["roles"].iloc[0]) == ["student", "teacher"]
+    agent = pop["adapter_id"].iloc[0]
+    pairings = read_artifact(run.gen(0), "pairings")
+    assert list(pairings["teacher_id"]) == [agent] and list(pairings["student_id"]) == [agent]
+    # compute-matched: as many proposals as the population's teachers made together
+    ref_props = read_artifact(reference_run.gen(0), "proposals")
+    assert len(read_artifact(run.gen(0), "proposals")) == len(ref_props)
+    rewards = read_artifact(run.gen(0), "rewards")
+    assert set(rewards["role"]) == {"teacher", "student"} and set(rewards["adapter_id"]) == {agent}
+    assert read_artifact(run.gen(0), "lineage").empty  # nobody to replace
