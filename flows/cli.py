@@ -7,6 +7,8 @@
                                            recompute stages from stored artifacts into a new run
     populora status RUN                    what a run has done, generation by generation
     populora runs [--runs-dir DIR]         the runs under a directory
+    populora analyze RUN [RUN ...]         HTML report (plots, summary) from run directories alone
+    populora evaluate RUN [--limit N]      pass@1 on HumanEval(+), MBPP, CRUXEval, GSM8K, MATH-500
     populora verify --demo | FILE.jsonl    validate proposals and judge answers in the sandbox
     populora models list | fetch REF       embedded base models
 
@@ -315,6 +317,63 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from populora_core.analysis.data import load_run
+    from populora_core.analysis.report import write_report
+    from populora_core.runs import open_run
+
+    console = Console()
+    try:
+        data = [load_run(open_run(r, _runs_dir(args)).root) for r in args.runs]
+    except _user_errors() as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    out = Path(args.out) if args.out else data[0].run.root / "report"
+    with console.status(f"drawing the report of {len(data)} run(s)"):
+        written = write_report(data, out)
+    console.print(written["summary"].read_text().split("\n## ")[0])
+    console.print(f"report: [bold]{written['html']}[/bold] (plots and summary.md beside it)")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from flows.evaluate import DEFAULT_DATA_DIR, evaluate_flow
+    from populora_core.evaluation.benchmarks import BENCHMARKS
+    from populora_core.runs import open_run
+
+    console = Console()
+    benchmarks = args.benchmarks.split(",") if args.benchmarks else list(BENCHMARKS)
+    unknown = [b for b in benchmarks if b not in BENCHMARKS]
+    data_dir = Path(args.data_dir) if args.data_dir else DEFAULT_DATA_DIR
+    try:
+        run = open_run(args.run, _runs_dir(args))
+    except _user_errors() as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    if unknown:
+        console.print(f"[red]error:[/red] unknown benchmarks {unknown}; benchmarks: {', '.join(BENCHMARKS)}")
+        return 2
+    if not data_dir.is_dir():
+        console.print(f"[red]error:[/red] no benchmark data at {data_dir} (--data-dir)")
+        return 2
+    out = evaluate_flow(
+        str(run.root),
+        args.generation,
+        benchmarks,
+        args.limit,
+        str(data_dir),
+        args.max_new_tokens,
+        not args.no_base,
+    )
+    console.print(out["table"])
+    console.print(f"results: {out['results']}")
+    return 0
+
+
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs-dir", help="where runs live (default ./runs or $POPULORA_RUNS)")
 
@@ -331,6 +390,7 @@ def _add_set(p: argparse.ArgumentParser) -> None:
 
 def _add_training_parsers(sub) -> None:
     from populora_core.config import PRESETS
+    from populora_core.evaluation.benchmarks import BENCHMARKS
     from populora_core.stages import STAGES
 
     train = sub.add_parser("train", help="create a run and train it", description="Create a run and train it.")
@@ -373,6 +433,33 @@ def _add_training_parsers(sub) -> None:
     status.add_argument("run", help="run directory or run id")
     _add_run_options(status)
     status.set_defaults(func=cmd_status)
+
+    analyze = sub.add_parser(
+        "analyze",
+        help="HTML report of one or more runs",
+        description="A self-contained HTML report (plus PNG plots and summary.md) from run directories alone; "
+        "several runs are drawn side by side.",
+    )
+    analyze.add_argument("runs", nargs="+", help="run directories or ids")
+    analyze.add_argument("--out", help="report directory (default <first run>/report)")
+    _add_run_options(analyze)
+    analyze.set_defaults(func=cmd_analyze)
+
+    evaluate = sub.add_parser(
+        "evaluate",
+        help="pass@1 of the base model and a generation's adapters on held-out benchmarks",
+        description="Greedy pass@1 of the base model and of every adapter of a generation, every program run in "
+        "the sandbox; population mean, min and max per benchmark.",
+    )
+    evaluate.add_argument("run", help="run directory or run id")
+    evaluate.add_argument("--generation", type=int, help="population snapshot to evaluate (default the newest)")
+    evaluate.add_argument("--benchmarks", help="comma-separated subset (default all): " + ",".join(BENCHMARKS))
+    evaluate.add_argument("--limit", type=int, help="first N items of each benchmark (default all)")
+    evaluate.add_argument("--data-dir", help="benchmark files in their published layout (default ../shared/data)")
+    evaluate.add_argument("--max-new-tokens", type=int, default=512, help="token cap per answer (default 512)")
+    evaluate.add_argument("--no-base", action="store_true", help="skip the base model")
+    _add_run_options(evaluate)
+    evaluate.set_defaults(func=cmd_evaluate)
 
     runs = sub.add_parser("runs", help="list runs", description="The runs under a directory.")
     _add_run_options(runs)

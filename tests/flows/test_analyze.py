@@ -1,0 +1,66 @@
+"""The offline report from stored runs alone (no model): every plot, the summary, the HTML."""
+
+from __future__ import annotations
+
+import json
+
+from populora_core.analysis.data import load_run, solve_rates
+from populora_core.analysis.report import PLOTS
+from tests.flows.conftest import populora
+
+
+def test_analyze_draws_every_plot_for_two_runs_side_by_side(reference_run, prefect_server, tmp_path):
+    out = tmp_path / "report"
+    # the same run twice under two labels stands in for population vs baseline on the same axes
+    twin = tmp_path / "twin"
+    twin.symlink_to(reference_run.root)
+    result = populora(["analyze", str(reference_run.root), str(twin), "--out", str(out)], prefect_server)
+    assert result.returncode == 0, result.stdout[-3000:]
+    for name in PLOTS:
+        png = out / f"{name}.png"
+        assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == len(PLOTS)
+    summary = (out / "summary.md").read_text()
+    assert "| reference | 2 |" in summary and "| twin | 2 |" in summary
+    headline = json.loads((out / "headline.json").read_text())
+    assert [h["run"] for h in headline] == ["reference", "twin"]
+    assert headline[0]["generations"] == 2
+
+
+def test_solve_rates_match_the_verdicts(reference_run):
+    data = load_run(reference_run.root)
+    rates = solve_rates(data)
+    verdicts = data["verdicts"]
+    for g in data.generations:
+        mean = rates[(rates["generation"] == g) & (rates["student_id"] == "mean")]["solve_rate"].item()
+        assert mean == (verdicts[verdicts["generation"] == g]["status"] == "correct").mean()
+
+
+def test_evaluate_scores_base_and_every_adapter_through_the_flow(reference_run, prefect_server):
+    import pandas as pd
+
+    result = populora(
+        [
+            "evaluate",
+            str(reference_run.root),
+            "--limit",
+            "1",
+            "--benchmarks",
+            "humaneval,cruxeval_o,gsm8k",
+            "--max-new-tokens",
+            "16",
+        ],
+        prefect_server,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    generation = reference_run.next_generation()
+    out = reference_run.root / "eval" / f"gen_{generation:04d}"
+    results = pd.read_parquet(out / "results.parquet")
+    members = pd.read_parquet(reference_run.members_dir(generation) / "population.parquet")
+    assert set(results["adapter_id"]) == {"__base__", *members["adapter_id"]}
+    assert len(results) == 3 * (1 + len(members))
+    table = pd.read_parquet(out / "pass_at_1.parquet")
+    for stat in ("mean", "min", "max"):
+        assert (table["adapter_id"] == f"population {stat}").sum() == 3
+    assert "pass@1" in result.stdout or "adapter" in result.stdout
