@@ -101,3 +101,18 @@ def populora(args: list[str], env: dict[str, str], *, fault: str | None = None, 
         except ProcessLookupError:
             pass
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+
+
+GENERATIONS = 2
+TRAIN = ["train", "--preset", "cpu-tiny", "--generations", str(GENERATIONS)]
+
+
+@pytest.fixture(scope="session")
+def reference_run(prefect_server, tiny_model, tmp_path_factory):
+    """One uninterrupted cpu-tiny run of two generations (SmolLM2-135M, 2 + 2, evolution every generation)."""
+    from populora_core.artifacts import RunDir
+
+    runs = tmp_path_factory.mktemp("runs")
+    result = populora([*TRAIN, "--run-id", "reference", "--runs-dir", str(runs)], prefect_server)
+    assert result.returncode == 0, result.stdout[-4000:]
+    return RunDir(runs / "reference")

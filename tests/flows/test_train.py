@@ -24,21 +24,10 @@ from populora_core.artifacts import (
 )
 from populora_core.population.adapters import POPULATION_TABLE
 from populora_core.stages import STAGE_OUTPUTS, STAGES
-from tests.flows.conftest import populora
+from tests.flows.conftest import GENERATIONS, TRAIN, populora
 
-GENERATIONS = 2
-TRAIN = ["train", "--preset", "cpu-tiny", "--generations", str(GENERATIONS)]
 # Columns that measure time, not results.
 TIMING = {"verdicts": ["seconds"], "train_metrics": ["seconds"]}
-
-
-@pytest.fixture(scope="session")
-def reference_run(prefect_server, tiny_model, tmp_path_factory) -> RunDir:
-    """One uninterrupted cpu-tiny run of two generations."""
-    runs = tmp_path_factory.mktemp("runs")
-    result = populora([*TRAIN, "--run-id", "reference", "--runs-dir", str(runs)], prefect_server)
-    assert result.returncode == 0, result.stdout[-4000:]
-    return RunDir(runs / "reference")
 
 
 def members(run: RunDir, generation: int) -> pd.DataFrame:
