@@ -293,19 +293,36 @@ def assignments(problems: pd.DataFrame, pairings: pd.DataFrame) -> list[tuple[st
     return out
 
 
+def _samples_per_problem(work: list[tuple[str, str, Problem]], per_match: int, g: int) -> list[int]:
+    """G per problem; for a match with k < ``per_match`` problems, per_match × G spread over the k."""
+    sizes: dict[tuple[str, str], int] = {}
+    for teacher, student, _ in work:
+        sizes[(teacher, student)] = sizes.get((teacher, student), 0) + 1
+    counts, seen = [], dict.fromkeys(sizes, 0)
+    for teacher, student, _ in work:
+        k, i = sizes[(teacher, student)], seen[(teacher, student)]
+        seen[(teacher, student)] += 1
+        total = per_match * g
+        counts.append(g if k >= per_match else total // k + (1 if i < total % k else 0))
+    return counts
+
+
 def solve(problems: pd.DataFrame, pairings: pd.DataFrame, backend, config: RunConfig, generation: int) -> pd.DataFrame:
-    """Each paired student samples G solutions of each of its teacher's problems."""
+    """Each paired student samples G solutions of each of its teacher's problems. A teacher
+    with fewer problems than ``budget.problems_per_match`` (a young buffer) gets the same
+    number of solutions spread over the problems it has, so every match costs at least
+    problems_per_match × G samples (what keeps the single-agent baseline compute-matched)."""
     work = assignments(problems, pairings)
-    g = config.budget.samples_per_problem
+    counts = _samples_per_problem(work, config.budget.problems_per_match, config.budget.samples_per_problem)
     requests = [
         GenerationRequest(
             prompt=student_prompt(problem),
             adapter=student,
-            n=g,
+            n=n,
             seed=derive_seed(config.seed, generation, student, teacher, problem.problem_id, "solve"),
             prefill=ASSISTANT_PREFILL,
         )
-        for teacher, student, problem in work
+        for (teacher, student, problem), n in zip(work, counts, strict=True)
     ]
     outputs = _generate(backend, requests, _sampling(config, config.inference.student_max_new_tokens), "solve")
     rows = []

@@ -40,7 +40,7 @@ def test_presets_are_valid_and_differ_where_documented():
     from populora_core.config import PRESETS, load_config
 
     tiny, small, paper = (load_config(preset=p) for p in ("cpu-tiny", "cpu-small", "paper-7b"))
-    assert set(PRESETS) == {"cpu-tiny", "cpu-small", "paper-7b"}
+    assert set(PRESETS) == {"cpu-tiny", "cpu-small", "paper-7b", "cpu-tiny-baseline", "cpu-small-baseline"}
     assert "smollm2" in tiny.model.name and (tiny.population.teachers, tiny.population.students) == (2, 2)
     assert tiny.evolution.every_k == 1
     assert "0.5b" in small.model.name and (small.population.teachers, small.population.students) == (4, 4)
@@ -84,3 +84,16 @@ def test_resolved_config_round_trips_through_yaml(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(config_to_yaml(config))
     assert load_config(path) == config
+
+
+def test_baseline_presets_are_compute_matched_to_their_population():
+    from populora_core.config import load_config
+
+    for name in ("cpu-tiny", "cpu-small"):
+        pop, base = load_config(preset=name), load_config(preset=f"{name}-baseline")
+        assert base.population.single_agent and (base.population.teachers, base.population.students) == (1, 1)
+        proposals = pop.population.teachers * pop.budget.proposals_per_teacher
+        assert base.budget.proposals_per_teacher == proposals
+        assert base.budget.problems_per_match == pop.population.students * pop.budget.problems_per_match
+        assert base.grpo.minibatches == pop.population.teachers + pop.population.students
+        assert base.model == pop.model and base.budget.samples_per_problem == pop.budget.samples_per_problem

@@ -22,6 +22,7 @@ from populora_core.artifacts import (
     partial_files,
     read_artifact,
 )
+from populora_core.config import load_config
 from populora_core.population.adapters import POPULATION_TABLE
 from populora_core.stages import STAGE_OUTPUTS, STAGES
 from tests.flows.conftest import GENERATIONS, TRAIN, populora
@@ -233,6 +234,9 @@ def test_single_agent_baseline_runs_through_the_flow_compute_matched(reference_r
     # compute-matched: as many proposals as the population's teachers made together
     ref_props = read_artifact(reference_run.gen(0), "proposals")
     assert len(read_artifact(run.gen(0), "proposals")) == len(ref_props)
+    config = load_config(preset="cpu-tiny-baseline")
+    rollouts = read_artifact(run.gen(0), "rollouts")
+    assert len(rollouts) >= config.budget.problems_per_match * config.budget.samples_per_problem
     rewards = read_artifact(run.gen(0), "rewards")
     assert set(rewards["role"]) == {"teacher", "student"} and set(rewards["adapter_id"]) == {agent}
     assert read_artifact(run.gen(0), "lineage").empty  # nobody to replace
