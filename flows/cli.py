@@ -169,6 +169,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (ConfigError, ModelUnavailable, SandboxUnavailable, ArtifactError)
 
 
+def _error(console, message: object) -> int:
+    """Prints a user error in one line; the exit status of a command that could not start."""
+    console.print(f"[red]error:[/red] {message}")
+    return 2
+
+
 def _quiet_prefect(verbose: bool) -> None:
     """Prefect's INFO lines drown the progress bars; the CLI prints its own summary."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -230,8 +236,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         config = load_config(args.config, preset=preset, overrides=overrides)
         run = create_run(_runs_dir(args), config, run_id=args.run_id, preset=preset)
     except _user_errors() as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
+        return _error(console, exc)
     return _run_training(console, run, args.generations)
 
 
@@ -245,8 +250,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         run = open_run(args.run, _runs_dir(args))
         run_config(run)
     except _user_errors() as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
+        return _error(console, exc)
     return _run_training(console, run, args.generations)
 
 
@@ -263,8 +267,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         out = Path(args.out) if "/" in args.out else source.root.parent / args.out
         new = prepare_replay(source, out, from_stage=args.from_stage, generation=args.generation, overrides=args.set)
     except _user_errors() as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
+        return _error(console, exc)
     console.print(f"replaying generation {args.generation} of {source.root} from '{args.from_stage}' into {new.root}")
     generation_flow(str(new.root), args.generation, until=args.until)
     if args.until is None:
@@ -283,8 +286,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         run = open_run(args.run, _runs_dir(args))
         st = run_status(run)
     except _user_errors() as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
+        return _error(console, exc)
     console.print(f"run [bold]{st.run_id}[/bold] at {st.path}  (preset {st.preset}, model {st.model})")
     console.print(f"complete generations: {len(st.complete)} of {st.target_generations}")
     if len(st.complete) < st.target_generations:
@@ -328,8 +330,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     try:
         data = [load_run(open_run(r, _runs_dir(args)).root) for r in args.runs]
     except _user_errors() as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
+        return _error(console, exc)
     out = Path(args.out) if args.out else data[0].run.root / "report"
     with console.status(f"drawing the report of {len(data)} run(s)"):
         written = write_report(data, out)
@@ -352,14 +353,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     try:
         run = open_run(args.run, _runs_dir(args))
     except _user_errors() as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
+        return _error(console, exc)
     if unknown:
-        console.print(f"[red]error:[/red] unknown benchmarks {unknown}; benchmarks: {', '.join(BENCHMARKS)}")
-        return 2
+        return _error(console, f"unknown benchmarks {unknown}; benchmarks: {', '.join(BENCHMARKS)}")
     if not data_dir.is_dir():
-        console.print(f"[red]error:[/red] no benchmark data at {data_dir} (--data-dir)")
-        return 2
+        return _error(console, f"no benchmark data at {data_dir} (--data-dir)")
     out = evaluate_flow(
         str(run.root),
         args.generation,

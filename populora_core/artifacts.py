@@ -221,13 +221,13 @@ def write_text_atomic(text: str, path: Path) -> Path:
 
 def to_table(frame: pd.DataFrame, name: str, *, run_id: str, generation: int) -> pa.Table:
     """``frame`` (payload columns, any order, extra columns refused) as a table of ``name``'s schema."""
-    payload = SCHEMAS[name] if name in SCHEMAS else full_schema(name)
+    schema = full_schema(name)  # raises for an unknown artifact
+    payload = SCHEMAS[name]
     missing = [c for c in payload.names if c not in frame.columns]
     extra = [c for c in frame.columns if c not in payload.names]
     if missing or extra:
         raise ArtifactError(f"{name}: frame does not fit the schema (missing {missing}, unexpected {extra})")
     frame = frame[payload.names].assign(run_id=run_id, generation=generation, schema_version=SCHEMA_VERSION)
-    schema = full_schema(name)
     try:
         return pa.Table.from_pandas(frame[schema.names], schema=schema, preserve_index=False)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:

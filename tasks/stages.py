@@ -76,6 +76,7 @@ class StageContext:
         self.generation = generation
         self.stage = stage
         self.dir = self.run.gen(generation)
+        self._members: dict[int, list] = {}
         self.config, self.model_path = _run_settings(str(self.run.config_file), self.run.config_file.stat().st_mtime_ns)
 
     def read(self, name: str, generation: int | None = None) -> pd.DataFrame:
@@ -96,8 +97,11 @@ class StageContext:
         os.kill(os.getpid(), signal.SIGKILL)
 
     def members(self, generation: int | None = None):
+        """The members of a population snapshot (this generation's by default), read once per task."""
         g = self.generation if generation is None else generation
-        return members_from_frame(pd.read_parquet(self.run.members_dir(g) / POPULATION_TABLE))
+        if g not in self._members:
+            self._members[g] = members_from_frame(pd.read_parquet(self.run.members_dir(g) / POPULATION_TABLE))
+        return self._members[g]
 
     def buffers(self) -> pd.DataFrame:
         """The teachers' buffers this generation draws from (seed problems at generation 0)."""

@@ -9,7 +9,7 @@ ratio needs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -63,6 +63,13 @@ def encode_prompt(tokenizer, request: GenerationRequest) -> list[int]:
         text = tokenizer.apply_chat_template(list(request.prompt), tokenize=False, add_generation_prompt=True)
         text += request.prefill
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def check_loaded(requests: Sequence[GenerationRequest], loaded: Collection[str]) -> None:
+    """Raises KeyError naming the first request whose adapter is neither loaded nor the base."""
+    for r in requests:
+        if r.adapter != BASE and r.adapter not in loaded:
+            raise KeyError(f"adapter {r.adapter!r} is not loaded; loaded: {sorted(loaded)}")
 
 
 class Backend(Protocol):

@@ -25,7 +25,13 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
-from populora_core.inference.base import BASE, Completion, GenerationRequest, SamplingParams, encode_prompt
+from populora_core.inference.base import (
+    Completion,
+    GenerationRequest,
+    SamplingParams,
+    check_loaded,
+    encode_prompt,
+)
 from populora_core.inference.multilora import MultiLora
 from populora_core.models import load_model
 from populora_core.population.adapters import load_adapter
@@ -101,9 +107,7 @@ class HFBackend:
     def generate(
         self, requests: Sequence[GenerationRequest], params: SamplingParams, *, progress: str | None = None
     ) -> list[list[Completion]]:
-        for r in requests:
-            if r.adapter != BASE and r.adapter not in self.adapters:
-                raise KeyError(f"adapter {r.adapter!r} is not loaded; loaded: {sorted(self.adapters)}")
+        check_loaded(requests, self.adapters)
         prompts = [self.encode(r) for r in requests]
         rows = [(i, j) for i, r in enumerate(requests) for j in range(r.n)]
         rows.sort(key=lambda ij: len(prompts[ij[0]]))

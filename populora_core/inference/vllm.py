@@ -30,7 +30,14 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from populora_core.inference.base import BASE, Completion, GenerationRequest, SamplingParams, encode_prompt
+from populora_core.inference.base import (
+    BASE,
+    Completion,
+    GenerationRequest,
+    SamplingParams,
+    check_loaded,
+    encode_prompt,
+)
 
 SERVED_BASE = "base"
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -206,9 +213,7 @@ class VLLMBackend:
     def generate(
         self, requests: Sequence[GenerationRequest], params: SamplingParams, *, progress: str | None = None
     ) -> list[list[Completion]]:
-        for r in requests:
-            if r.adapter != BASE and r.adapter not in self.adapters:
-                raise KeyError(f"adapter {r.adapter!r} is not loaded; loaded: {sorted(self.adapters)}")
+        check_loaded(requests, self.adapters)
         if not requests:
             return []
         with ThreadPoolExecutor(max_workers=min(64, len(requests))) as pool:
