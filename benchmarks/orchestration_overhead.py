@@ -58,7 +58,15 @@ def direct_generation(run: RunDir, runtime, config, out_dir: Path) -> dict[str, 
     f["verdicts"] = stages.verify(f["rollouts"], f["problems"], runtime.pool, config)
     f["rewards"] = stages.reward(f["proposals"], f["problems"], f["rollouts"], f["verdicts"], config)
     f["train_metrics"] = stages.update(
-        members, run.members_dir(g), f["rewards"], f["proposals"], f["rollouts"], runtime.trainer, config, out_dir
+        members,
+        run.members_dir(g),
+        f["rewards"],
+        f["proposals"],
+        f["rollouts"],
+        runtime.trainer,
+        config,
+        out_dir,
+        generation=g,
     )
     f["ratings"], f["matches"] = stages.rate(members, f["verdicts"], config)
     next_members, _, f["lineage"] = stages.evolve(members, out_dir, f["ratings"], config, g)

@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SUCCESS = "_SUCCESS"
 CONFIG_FILE = "config.yaml"
 RUN_FILE = "run.json"
@@ -121,6 +121,9 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("adapter_id", _STR),
             ("samples", _I32),
             ("updated", _BOOL),
+            ("skip_reason", _STR),
+            ("steps", _I32),
+            ("param_change", _F64),
             ("loss", _F64),
             ("clip_frac", _F64),
             ("kl", _F64),

@@ -252,15 +252,31 @@ class RewardConfig(_Frozen):
     format_error: float = -1.0
     """Student: no parseable answer."""
     invalid_proposal: float = -1.0
-    """Teacher: a proposal that failed validation."""
+    """Teacher: a proposal that failed validation (any reason under `invalid_rule: flat`;
+    a badly formatted one under `absolute_zero`)."""
+    invalid_formatted: float = -0.5
+    """Teacher, under `invalid_rule: absolute_zero`: a well-formatted proposal that failed
+    validation (crash, timeout, banned import, non-deterministic, a repeat)."""
+    invalid_rule: Literal["flat", "absolute_zero"] = "flat"
+    """`flat`: every invalid proposal earns `invalid_proposal` (the PopuLoRA paper);
+    `absolute_zero`: −0.5 well-formatted but invalid, −1 bad format (Absolute Zero Reasoner)."""
+    teacher_rule: Literal["one_minus_rho", "learnability"] = "one_minus_rho"
+    """Reward of a valid proposal solved at rate ρ: `one_minus_rho` (the PopuLoRA paper's
+    population: 1 − ρ, 0 at ρ = 1) or `learnability` (Absolute Zero's: 1 − ρ for
+    0 < ρ < 1, else 0, so a problem nobody solves earns nothing either)."""
 
 
 class GRPOConfig(_Frozen):
     """The policy update of one adapter."""
 
-    advantage: Literal["grpo", "reinforce_pp"] = "grpo"
-    """`grpo`: (r − mean)/std within each role × task-type group; `reinforce_pp`:
-    REINFORCE++-baseline, r − group mean, then divided by the batch std."""
+    advantage: Literal["prompt_grpo", "task_grpo", "task_reinforce_pp"] = "prompt_grpo"
+    """Baseline groups and estimator (training/grpo.py). `prompt_grpo`: GRPO, a student's
+    group is the G samples of one problem, (r − mean)/std; teachers use task groups.
+    `task_grpo`: Absolute Zero's task-relative baselines, one group per role × task type
+    pooled over the role's adapters, (r − mean)/std. `task_reinforce_pp`:
+    REINFORCE++-baseline over task groups, r − group mean, divided by the role's std.
+    A one-member group falls back to its role's group, so no adapter is left without a
+    baseline by the budget."""
     learning_rate: float = Field(1e-5, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     clip_eps: float = Field(0.2, gt=0)
@@ -272,8 +288,8 @@ class GRPOConfig(_Frozen):
     epochs: int = Field(1, ge=1)
     """Passes over one generation's rollouts."""
     minibatches: int = Field(1, ge=1)
-    """Optimizer steps per pass: the rollouts split into this many minibatches (a
-    compute-matched single-agent baseline takes as many steps as the population's adapters)."""
+    """Optimizer steps per pass: the rollouts, shuffled by a generator seeded from (run seed,
+    generation, adapter), split into this many minibatches."""
     max_grad_norm: float = Field(1.0, gt=0)
     logprob_chunk: int = Field(64, ge=1)
     """Positions per chunk when turning logits into float32 log-probs (a
@@ -340,6 +356,20 @@ class CoverageConfig(_Frozen):
     """Uniform samples the CVT k-means runs on."""
 
 
+class BaselineConfig(_Frozen):
+    """How the single-agent baseline (`population.single_agent`) is compute-matched."""
+
+    matching: Literal["per_adapter", "total"] = "per_adapter"
+    """`per_adapter` (the PopuLoRA paper): the baseline proposes as many problems as one
+    teacher, solves as many as one student and takes one update per generation like any
+    member. `total`: it spends the whole matched population's budget: proposals ×
+    `matched_teachers`, problems × `matched_students`, minibatches × (teachers + students)."""
+    matched_teachers: int = Field(4, ge=1)
+    """`total`: teachers of the population the baseline is compared with."""
+    matched_students: int = Field(4, ge=1)
+    """`total`: students of the population the baseline is compared with."""
+
+
 class RunConfig(_Frozen):
     """A whole run; each field is one component's settings."""
 
@@ -358,6 +388,45 @@ class RunConfig(_Frozen):
     rewards: RewardConfig = RewardConfig()
     grpo: GRPOConfig = GRPOConfig()
     coverage: CoverageConfig = CoverageConfig()
+    baseline: BaselineConfig = BaselineConfig()
+
+    @property
+    def _total_matched(self) -> bool:
+        return self.population.single_agent and self.baseline.matching == "total"
+
+    @property
+    def play_budget(self) -> BudgetConfig:
+        """The budget the stages spend: ``budget``, scaled to the matched population for a
+        single-agent baseline under ``baseline.matching: total``."""
+        if not self._total_matched:
+            return self.budget
+        b = self.baseline
+        return self.budget.model_copy(
+            update={
+                "proposals_per_teacher": self.budget.proposals_per_teacher * b.matched_teachers,
+                "problems_per_match": self.budget.problems_per_match * b.matched_students,
+            }
+        )
+
+    @property
+    def update_grpo(self) -> GRPOConfig:
+        """The update settings: ``grpo``, with minibatches × (teachers + students) for a
+        single-agent baseline under ``baseline.matching: total``."""
+        if not self._total_matched:
+            return self.grpo
+        steps = self.grpo.minibatches * (self.baseline.matched_teachers + self.baseline.matched_students)
+        return self.grpo.model_copy(update={"minibatches": steps})
+
+    @model_validator(mode="after")
+    def _every_adapter_can_learn(self) -> RunConfig:
+        proposals = self.play_budget.proposals_per_teacher * self.population.teachers
+        if proposals < 2:
+            raise ValueError(
+                f"budget.proposals_per_teacher × population.teachers = {proposals}: the teachers' baseline "
+                "group has a single proposal, so its advantage is always 0 and no teacher can learn; "
+                "raise budget.proposals_per_teacher or population.teachers"
+            )
+        return self
 
 
 def _merge(base: dict, update: dict) -> dict:
@@ -392,8 +461,16 @@ PRESETS: dict[str, dict] = {
     },
     "paper-7b": {
         # The PopuLoRA paper's population (4 + 4, rank 32, α 64) on a GPU node with vLLM.
+        # Base model: the base Coder model, as Absolute Zero Reasoner starts from base
+        # (not Instruct) models. Learning rate and steps: AdamW moves every parameter by
+        # about lr per step early on, and a gaussian_b member starts with B ~ N(0, 1e-3²),
+        # so ΔW = (α/r)·B·A moves by ~lr·steps/1e-3 of itself per generation: at Absolute
+        # Zero's full-fine-tuning rate (1e-6, one step) that is 0.1%, invisible; LoRA
+        # wants ~10× the full-fine-tuning rate (Schulman et al., "LoRA Without Regret",
+        # 2025), and 4 minibatch steps per generation over 16 × 8 samples per student give
+        # 2e-5 × 4 / 1e-3 ≈ 8% of the adapter per generation: measurable, not a jump.
         "generations": 100,
-        "model": {"name": "Qwen/Qwen2.5-Coder-7B-Instruct", "device": "cuda"},
+        "model": {"name": "Qwen/Qwen2.5-Coder-7B", "device": "cuda"},
         "inference": {
             "backend": "vllm",
             "batch_size": 64,
@@ -404,29 +481,35 @@ PRESETS: dict[str, dict] = {
         "population": {"teachers": 4, "students": 4, "rank": 32, "alpha": 64.0},
         "sandbox": {"backend": "docker", "workers": 16},
         "evolution": {"every_k": 5, "replace_fraction": 0.25},
-        "grpo": {"micro_batch_size": 8, "learning_rate": 1e-6},
+        "grpo": {"micro_batch_size": 8, "learning_rate": 2e-5, "minibatches": 4},
     },
 }
 """Named starting points; a YAML file or `--set key=value` overrides any field."""
 
 
-def _baseline_of(name: str, adapters: int, proposals: int, problems: int) -> dict:
-    """The single-agent baseline of a population preset, compute-matched: one adapter
-    in both roles samples the population's proposals and solutions and takes as many
-    optimizer steps (minibatches) per generation as the population's adapters do."""
+def _baseline_of(name: str) -> dict:
+    """The single-agent baseline of a population preset: Absolute Zero Reasoner with LoRA,
+    compute-matched per adapter (the paper's abstract): one adapter in both roles with
+    one teacher's proposals, one student's problems and one update per generation, and
+    Absolute Zero's rewards (learnability, −0.5 / −1 invalid-proposal penalties).
+    ``--set baseline.matching=total`` gives it the whole population's budget instead."""
     base = PRESETS[name]
     return _merge(
         base,
         {
             "population": {"single_agent": True, "teachers": 1, "students": 1},
-            "budget": {"proposals_per_teacher": proposals, "problems_per_match": problems},
-            "grpo": {"minibatches": adapters},
+            "rewards": {"teacher_rule": "learnability", "invalid_rule": "absolute_zero"},
+            "baseline": {
+                "matching": "per_adapter",
+                "matched_teachers": base["population"]["teachers"],
+                "matched_students": base["population"]["students"],
+            },
         },
     )
 
 
-PRESETS["cpu-tiny-baseline"] = _baseline_of("cpu-tiny", adapters=4, proposals=4, problems=4)
-PRESETS["cpu-small-baseline"] = _baseline_of("cpu-small", adapters=8, proposals=12, problems=12)
+PRESETS["cpu-tiny-baseline"] = _baseline_of("cpu-tiny")
+PRESETS["cpu-small-baseline"] = _baseline_of("cpu-small")
 
 
 class ConfigError(ValueError):

@@ -57,12 +57,26 @@ class Trainer:
                 module.lora_B[self.SLOT].weight.copy_(f.B)
 
     def update(
-        self, adapter: LoraAdapter, rollouts: Sequence[Rollout], config, optimizer_state: dict | None
+        self,
+        adapter: LoraAdapter,
+        rollouts: Sequence[Rollout],
+        config,
+        optimizer_state: dict | None,
+        *,
+        seed: int | None = None,
     ) -> tuple[LoraAdapter, dict[str, float], dict]:
-        """(new factors, metrics, optimizer state) after one GRPO update of ``adapter``."""
+        """(new factors, metrics, optimizer state) after one GRPO update of ``adapter``;
+        ``seed`` shuffles the rollouts into minibatches."""
         self.load(adapter)
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
         metrics, state = update_adapter(
-            self.model, self.SLOT, rollouts, config, pad_id=self.pad_id, optimizer_state=optimizer_state
+            self.model,
+            self.SLOT,
+            rollouts,
+            config,
+            pad_id=self.pad_id,
+            optimizer_state=optimizer_state,
+            generator=generator,
         )
         return extract_adapter(self.model, self.SLOT), metrics, state
 

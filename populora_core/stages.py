@@ -38,6 +38,7 @@ from populora_core.population.replacement import evolve as evolve_population
 from populora_core.population.replacement import is_evolution_generation
 from populora_core.problems import (
     ASSISTANT_PREFILL,
+    SEED_PROBLEMS,
     STOP_STRINGS,
     Problem,
     check_answers,
@@ -47,7 +48,7 @@ from populora_core.problems import (
 )
 from populora_core.rewards import solve_rate, student_reward, teacher_reward
 from populora_core.seeding import derive_seed, numpy_generator
-from populora_core.training.grpo import compute_advantages
+from populora_core.training.grpo import advantage_groups, compute_advantages
 from populora_core.training.trainer import Rollout
 
 STAGES: tuple[str, ...] = (
@@ -76,20 +77,6 @@ STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "measure": ("buffers", "coverage"),
 }
 """The artifacts each stage writes, in write order: the last one marks the stage done."""
-
-SEED_PROBLEMS: tuple[Problem, ...] = (
-    Problem("code_o", "def f(a):\n    return a", ('"Hello world"',), ("'Hello world'",), "", "seed-code_o"),
-    Problem("code_i", "def f(a):\n    return a", ('"Hello world"',), ("'Hello world'",), "", "seed-code_i"),
-    Problem(
-        "code_f",
-        "def f(a):\n    return a",
-        ('"Hello world"', "3", "[1, 2]", "(4, 'x')"),
-        ("'Hello world'", "3", "[1, 2]", "(4, 'x')"),
-        "Returns its argument unchanged.",
-        "seed-code_f",
-    ),
-)
-"""Absolute Zero Reasoner's seed triplet (the identity on "Hello world"), one per task type."""
 
 
 # problems as rows --------------------------------------------------------------
@@ -167,7 +154,7 @@ def propose(
     rows, requests = [], []
     for t in _teachers(members):
         buffer = buffers[buffers["teacher_id"] == t.adapter_id]
-        for i in range(config.budget.proposals_per_teacher):
+        for i in range(config.play_budget.proposals_per_teacher):
             task_type = types[i % len(types)]
             rng = numpy_generator(config.seed, generation, t.adapter_id, i, "references")
             refs = _references(buffer, task_type, config.budget.references, rng)
@@ -225,20 +212,24 @@ def validate(
     generation: int,
     centroids: np.ndarray,
 ) -> pd.DataFrame:
-    """Proposals judged in the sandbox (gold outputs from two runs), repeats within a
-    teacher rejected, then each teacher's problem set topped up from its buffer to
+    """Proposals judged in the sandbox (gold outputs from two runs). A problem already
+    in the teacher's buffer (a seed or an earlier proposal; ids are content hashes) is a
+    ``repeat``, a second copy within the generation a ``duplicate``: neither is fresh or
+    valid. Then each teacher's problem set is topped up from its buffer to
     ``budget.problems_per_match`` so every student has work. Valid problems get their
     CVT cell (``metrics.coverage``); invalid ones −1."""
     results = validate_proposals(
         list(zip(proposals["task_type"], proposals["completion"], strict=True)), pool, config.problems
     )
+    known = set(zip(buffers["teacher_id"], buffers["problem_id"], strict=True))
     rows = []
     seen: set[tuple[str, str]] = set()
     for prop, res in zip(proposals.itertuples(index=False), results, strict=True):
         row = {"teacher_id": prop.teacher_id, "proposal_id": prop.proposal_id, "source": "fresh"}
         if res.valid:
             key = (prop.teacher_id, res.problem.problem_id)
-            valid, reason = key not in seen, "ok" if key not in seen else "duplicate"
+            reason = "repeat" if key in known else "duplicate" if key in seen else "ok"
+            valid = reason == "ok"
             seen.add(key)
             row.update(problem_row(res.problem), valid=valid, reason=reason, **res.metrics)
         else:
@@ -256,7 +247,7 @@ def validate(
         rows.append(row)
     for teacher_id in dict.fromkeys(proposals["teacher_id"]):
         have = sum(1 for r in rows if r["teacher_id"] == teacher_id and r["valid"])
-        need = config.budget.problems_per_match - have
+        need = config.play_budget.problems_per_match - have
         buffer = buffers[(buffers["teacher_id"] == teacher_id)]
         buffer = buffer[[(teacher_id, pid) not in seen for pid in buffer["problem_id"]]]
         if need <= 0 or buffer.empty:
@@ -313,7 +304,8 @@ def solve(problems: pd.DataFrame, pairings: pd.DataFrame, backend, config: RunCo
     number of solutions spread over the problems it has, so every match costs at least
     problems_per_match × G samples (what keeps the single-agent baseline compute-matched)."""
     work = assignments(problems, pairings)
-    counts = _samples_per_problem(work, config.budget.problems_per_match, config.budget.samples_per_problem)
+    budget = config.play_budget
+    counts = _samples_per_problem(work, budget.problems_per_match, budget.samples_per_problem)
     requests = [
         GenerationRequest(
             prompt=student_prompt(problem),
@@ -368,8 +360,9 @@ def verify(rollouts: pd.DataFrame, problems: pd.DataFrame, pool, config: RunConf
 def reward(
     proposals: pd.DataFrame, problems: pd.DataFrame, rollouts: pd.DataFrame, verdicts: pd.DataFrame, config: RunConfig
 ) -> pd.DataFrame:
-    """Student rewards per solution, teacher rewards 1 − ρ per proposal, and each
-    adapter's advantages normalised within its role × task-type groups."""
+    """Student rewards per solution, teacher rewards per proposal (``rewards``), and
+    advantages over the generation's baseline groups (``training.grpo.advantage_groups``:
+    pooled over each role's adapters, so no adapter's budget leaves it without a baseline)."""
     judged = rollouts[["rollout_id", "task_type"]].merge(verdicts, on="rollout_id", validate="one_to_one")
     rho = {
         key: solve_rate(list(group["status"]))
@@ -385,6 +378,7 @@ def reward(
             "problem_id": r.problem_id,
             "reward": student_reward(r.status, config.rewards),
             "solve_rate": rho[(r.teacher_id, r.problem_id)],
+            "prompt": (r.student_id, r.teacher_id, r.problem_id),
         }
         for r in judged.itertuples(index=False)
     ]
@@ -401,18 +395,22 @@ def reward(
                 "role": "teacher",
                 "task_type": p.task_type,
                 "problem_id": prob.problem_id,
-                "reward": teacher_reward(valid, r_rho, config.rewards),
+                "reward": teacher_reward(
+                    valid, r_rho, config.rewards, well_formatted=not str(prob.reason).startswith("format")
+                ),
                 "solve_rate": r_rho if r_rho is not None else float("nan"),
+                "prompt": p.proposal_id,
             }
         )
     frame = pd.DataFrame(rows)
-    frame["advantage"] = 0.0
-    for _, idx in frame.groupby("adapter_id", sort=False).groups.items():
-        part = frame.loc[idx]
-        groups = list(zip(part["role"], part["task_type"], strict=True))
-        rewards = torch.tensor(part["reward"].to_numpy(), dtype=torch.float64)
-        adv = compute_advantages(rewards, groups, config.grpo.advantage)
-        frame.loc[idx, "advantage"] = adv.numpy()
+    if frame.empty:
+        return pd.DataFrame(columns=_columns("rewards"))
+    kind = config.grpo.advantage
+    groups, members = advantage_groups(
+        frame["reward"].tolist(), frame["role"].tolist(), frame["task_type"].tolist(), frame["prompt"].tolist(), kind
+    )
+    rewards = torch.tensor(frame["reward"].to_numpy(), dtype=torch.float64)
+    frame["advantage"] = compute_advantages(rewards, groups, kind, members, batches=frame["role"].tolist()).numpy()
     return frame[_columns("rewards")]
 
 
@@ -435,6 +433,27 @@ def training_batch(
     return batch
 
 
+def skip_reason(batch: Sequence[Rollout], rewards: pd.Series) -> str:
+    """Why an adapter takes no update this generation ("" when it does)."""
+    if not batch:
+        return "no completions to learn from"
+    if any(abs(r.advantage) > 1e-12 for r in batch):
+        return ""
+    if rewards.nunique() <= 1:
+        return f"every reward equal ({float(rewards.iloc[0]):g}) and at its baseline: advantages all 0"
+    return "advantages all 0"
+
+
+def param_change(before, after) -> float:
+    """‖θ_after − θ_before‖ / ‖θ_before‖ over an adapter's LoRA factors."""
+    num = den = 0.0
+    for name, f in before:
+        g = after.modules[name]
+        num += float((g.A - f.A).pow(2).sum() + (g.B - f.B).pow(2).sum())
+        den += float(f.A.pow(2).sum() + f.B.pow(2).sum())
+    return (num / den) ** 0.5 if den > 0 else float("inf") if num > 0 else 0.0
+
+
 def update(
     members: Sequence[Member],
     population_dir: Path,
@@ -446,10 +465,13 @@ def update(
     out_dir: Path,
     *,
     base_model: str = "",
+    generation: int = 0,
 ) -> pd.DataFrame:
-    """One GRPO update per adapter; the result (adapter + optimizer state) goes to
-    ``out_dir/<id>``. An adapter already there (a resumed stage) is not trained
-    again; one whose advantages are all zero is copied unchanged."""
+    """One GRPO update per adapter (``RunConfig.update_grpo``; minibatches shuffled by a
+    generator seeded from (run seed, generation, adapter)); the result (adapter +
+    optimizer state) goes to ``out_dir/<id>``. An adapter already there (a resumed stage)
+    is not trained again; one whose advantages are all zero is copied unchanged, and
+    ``skip_reason`` says why."""
     from populora_core.artifacts import write_text_atomic
 
     rows = []
@@ -463,12 +485,17 @@ def update(
         batch = training_batch(m.adapter_id, rewards, proposals, rollouts)
         adapter = load_adapter(source)
         state = load_optimizer_state(source)
-        row = dict.fromkeys(("loss", "clip_frac", "kl", "grad_norm", "tokens", "seconds"), 0.0)
-        row.update(adapter_id=m.adapter_id, samples=len(batch), updated=False)
-        if batch and any(abs(r.advantage) > 1e-12 for r in batch):
-            adapter, metrics, state = trainer.update(adapter, batch, config.grpo, state)
+        row = dict.fromkeys(("loss", "clip_frac", "kl", "grad_norm", "tokens", "seconds", "param_change"), 0.0)
+        reason = skip_reason(batch, rewards.loc[rewards["adapter_id"] == m.adapter_id, "reward"])
+        row.update(adapter_id=m.adapter_id, samples=len(batch), updated=False, skip_reason=reason, steps=0)
+        if not reason:
+            seed = derive_seed(config.seed, generation, m.adapter_id, "minibatches")
+            before = adapter
+            adapter, metrics, state = trainer.update(adapter, batch, config.update_grpo, state, seed=seed)
             row.update(
                 updated=True,
+                steps=int(metrics["charts/steps"]),
+                param_change=param_change(before, adapter),
                 loss=metrics["losses/policy"],
                 clip_frac=metrics["losses/clip_frac"],
                 kl=metrics["losses/kl"],

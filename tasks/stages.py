@@ -216,6 +216,7 @@ def update(ctx: StageContext) -> None:
         ctx.config,
         ctx.run.updated(ctx.generation),
         base_model=str(ctx.model_path),
+        generation=ctx.generation,
     )
     ctx.write("train_metrics", frame)
 

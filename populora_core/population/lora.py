@@ -117,31 +117,67 @@ def factored_svd(
     return B @ T_u[..., :k], s[..., :k], A.mT @ T_v[..., :k]
 
 
+def factor_scale(f: LoraFactors) -> float | None:
+    """a = ‖A‖_F / √r, the RMS norm of A's rows (None when A is zero).
+
+    Operators write a child as A' = a·V'ᵀ, B' = U'·S'/a (``split``) instead of the
+    balanced √S each: LoRA learns through the other factor (∂L/∂B = G Aᵀ), so a
+    child whose A rows shrank from the init scale (~0.6) to √S (~0.1 for a young
+    adapter) learns several times slower than its parent. Keeping the parent's A
+    scale keeps its learning speed (tests/core/population/test_operators.py and
+    benchmarks/operator_checks.py measure both).
+    """
+    a = float(f.A.norm()) / f.A.shape[0] ** 0.5
+    return a if a > 0 else None
+
+
+def split(S: torch.Tensor, a: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row scales of A, column scales of B) for singular values S: (a, S/a), or
+    (√S, √S) when a is None (balanced)."""
+    if a is None:
+        root = S.clamp_min(0).sqrt()
+        return root, root
+    return torch.full_like(S, a), S.clamp_min(0) / a
+
+
 def reproject(
-    A: torch.Tensor, B: torch.Tensor, T_u: torch.Tensor, S: torch.Tensor, T_v: torch.Tensor
+    A: torch.Tensor,
+    B: torch.Tensor,
+    T_u: torch.Tensor,
+    S: torch.Tensor,
+    T_v: torch.Tensor,
+    a: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A', B') = (√S T_vᵀ A, B T_u √S): the factors of U diag(S) Vᵀ for U = B T_u,
-    V = Aᵀ T_v, with √S folded into the small matrices: one d × r × k product per
-    factor and no transposed copy. Pass column slices of T for a top-k truncation."""
-    root = S.clamp_min(0).sqrt()
-    return (root[:, None] * T_v.mT) @ A, B @ (T_u * root[None, :])
+    """(A', B') = (diag(s_A) T_vᵀ A, B T_u diag(s_B)), (s_A, s_B) = ``split(S, a)``: the
+    factors of U diag(S) Vᵀ for U = B T_u, V = Aᵀ T_v, with the scales folded into the
+    small matrices: one d × r × k product per factor and no transposed copy. Pass
+    column slices of T for a top-k truncation."""
+    s_a, s_b = split(S, a)
+    return (s_a[:, None] * T_v.mT) @ A, B @ (T_u * s_b[None, :])
 
 
-def svd_factors(U: torch.Tensor, S: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, B) = (√S Vᵀ, U √S), so B @ A = U diag(S) Vᵀ."""
-    root = S.clamp_min(0).sqrt()
-    return (root[..., :, None] * V.mT).contiguous(), (U * root[..., None, :]).contiguous()
+def svd_factors(
+    U: torch.Tensor, S: torch.Tensor, V: torch.Tensor, a: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, B) = (diag(s_A) Vᵀ, U diag(s_B)), (s_A, s_B) = ``split(S, a)``: B @ A = U diag(S) Vᵀ."""
+    s_a, s_b = split(S, a)
+    return (s_a[..., :, None] * V.mT).contiguous(), (U * s_b[..., None, :]).contiguous()
 
 
-def from_svd(U: torch.Tensor, S: torch.Tensor, V: torch.Tensor) -> LoraFactors:
-    """One module's factors B = U √S, A = √S Vᵀ."""
-    A, B = svd_factors(U, S, V)
-    return LoraFactors(A=A, B=B)
+def effective_rank(S: torch.Tensor) -> float:
+    """Roy & Vetterli's effective rank exp(H(p)), p = S / ΣS: r for r equal singular
+    values, 1 when one component dominates, 0 for ΔW = 0."""
+    total = S.clamp_min(0).sum()
+    if total <= 0:
+        return 0.0
+    p = S.clamp_min(0) / total
+    p = p[p > 0]
+    return float(torch.exp(-(p * p.log()).sum()))
 
 
-def truncate(B: torch.Tensor, A: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, B): the best rank-``rank`` factors of B @ A (Eckart–Young)."""
-    return svd_factors(*factored_svd(B, A, rank))
+def truncate(B: torch.Tensor, A: torch.Tensor, rank: int, a: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, B): the best rank-``rank`` factors of B @ A (Eckart–Young), scaled by ``split``."""
+    return svd_factors(*factored_svd(B, A, rank), a)
 
 
 def _block_factor(blocks: list[torch.Tensor], weights: list[float]) -> torch.Tensor | None:
@@ -177,8 +213,11 @@ def _top_svd(C: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor, to
     return (C @ V) / S[None, :], S, V
 
 
-def combine(parts: list[tuple[float, torch.Tensor, torch.Tensor]], rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, B) of Σ wᵢ Bᵢ Aᵢ brought back to rank ``rank``; ``parts`` are (wᵢ, Aᵢ, Bᵢ).
+def combine(
+    parts: list[tuple[float, torch.Tensor, torch.Tensor]], rank: int, a: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, B) of Σ wᵢ Bᵢ Aᵢ brought back to rank ``rank``; ``parts`` are (wᵢ, Aᵢ, Bᵢ),
+    weights of any sign; the factors are scaled by ``split(S, a)``.
 
     Σ wᵢ BᵢAᵢ = [w₁B₁ | w₂B₂ | …][A₁; A₂; …] has rank ≤ Σ rᵢ. Its truncated SVD
     follows ``svd_core`` on these stacked factors, with the Gram matrices
@@ -190,12 +229,12 @@ def combine(parts: list[tuple[float, torch.Tensor, torch.Tensor]], rank: int) ->
     L_a = _block_factor([A.T for _, A, _ in parts], [1.0] * len(parts))
     if L_b is None or L_a is None:  # dependent parents (e.g. a parent crossed with itself)
         B = torch.cat([w * B for w, _, B in parts], dim=1)
-        return truncate(B, torch.cat([A for _, A, _ in parts], dim=0), rank)
+        return truncate(B, torch.cat([A for _, A, _ in parts], dim=0), rank, a)
     u_c, s, v_c = _top_svd(L_b.T @ L_a, rank)
-    root = s.sqrt()
+    s_a, s_b = split(s, a)
     dtype = parts[0][1].dtype
-    T_u = (_left_solve_t(L_b, u_c, torch.float64) * root[None, :]).to(dtype)  # (Σr, rank)
-    T_v = (_left_solve_t(L_a, v_c, torch.float64) * root[None, :]).to(dtype)
+    T_u = (_left_solve_t(L_b, u_c, torch.float64) * s_b[None, :]).to(dtype)  # (Σr, rank)
+    T_v = (_left_solve_t(L_a, v_c, torch.float64) * s_a[None, :]).to(dtype)
     A_new = B_new = None
     o = 0
     for w, A, B in parts:

@@ -7,6 +7,7 @@ from populora_core.problems.parsing import extract_answer, parse_answer, parse_p
 from populora_core.problems.prompts import ASSISTANT_PREFILL, STOP_STRINGS, student_prompt, teacher_prompt
 from populora_core.problems.types import (
     SEED_PROBLEM,
+    SEED_PROBLEMS,
     TASK_TYPES,
     CheckResult,
     FormatError,
@@ -14,12 +15,14 @@ from populora_core.problems.types import (
     Proposal,
     TaskType,
     ValidationResult,
+    problem_id,
 )
 from populora_core.problems.validation import outputs_equal, validate_proposals
 
 __all__ = [
     "ASSISTANT_PREFILL",
     "SEED_PROBLEM",
+    "SEED_PROBLEMS",
     "STOP_STRINGS",
     "TASK_TYPES",
     "CheckResult",
@@ -33,6 +36,7 @@ __all__ = [
     "outputs_equal",
     "parse_answer",
     "parse_proposal",
+    "problem_id",
     "student_prompt",
     "teacher_prompt",
     "validate_proposals",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -92,11 +94,29 @@ class CheckResult:
     seconds: float = 0.0
 
 
-SEED_PROBLEM = Problem(
-    task_type="code_o",
-    program="def f(a):\n    return a",
-    inputs=('"Hello world"',),
-    outputs=("'Hello world'",),
-    problem_id="seed-0",
+def problem_id(task_type: str, program: str, inputs: Sequence[str]) -> str:
+    """A problem's id: a hash of its content, so a copy is a repeat wherever it comes from."""
+    digest = hashlib.sha256("\x00".join([task_type, program, *inputs]).encode()).hexdigest()
+    return f"{task_type}-{digest[:16]}"
+
+
+def _seed(task_type: TaskType, inputs: tuple[str, ...], outputs: tuple[str, ...], message: str = "") -> Problem:
+    program = "def f(a):\n    return a"
+    return Problem(task_type, program, inputs, outputs, message, problem_id(task_type, program, inputs))
+
+
+SEED_PROBLEMS: tuple[Problem, ...] = (
+    _seed("code_o", ('"Hello world"',), ("'Hello world'",)),
+    _seed("code_i", ('"Hello world"',), ("'Hello world'",)),
+    _seed(
+        "code_f",
+        ('"Hello world"', "3", "[1, 2]", "(4, 'x')"),
+        ("'Hello world'", "3", "[1, 2]", "(4, 'x')"),
+        "Returns its argument unchanged.",
+    ),
 )
-"""Absolute Zero Reasoner's seed triplet: the identity on "Hello world"."""
+"""Absolute Zero Reasoner's seed triplet (the identity on "Hello world"), one per task
+type, with content-hash ids like any proposed problem: a verbatim copy is a repeat."""
+
+SEED_PROBLEM = SEED_PROBLEMS[0]
+"""The deduction seed: the identity on "Hello world"."""

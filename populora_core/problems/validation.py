@@ -10,14 +10,20 @@ those reprs: they come from execution, never from the model.
 from __future__ import annotations
 
 import ast
-import hashlib
 from collections.abc import Sequence
 
 from populora_core.config import ProblemsConfig
 from populora_core.metrics.complexity import complexity_metrics
 from populora_core.problems.parsing import check_call_arguments, parse_proposal
 from populora_core.problems.static import check_expression, check_program
-from populora_core.problems.types import FormatError, Problem, Proposal, TaskType, ValidationResult
+from populora_core.problems.types import (
+    FormatError,
+    Problem,
+    Proposal,
+    TaskType,
+    ValidationResult,
+    problem_id,
+)
 from populora_core.sandbox import Job, Result, SandboxPool
 
 RUN_SALTS = (0, 977)
@@ -49,11 +55,6 @@ def outputs_equal(gold: str, answer: str) -> bool:
         except (RecursionError, MemoryError):
             return False
     return gold.strip() == answer.strip()
-
-
-def problem_id(task_type: str, program: str, inputs: Sequence[str]) -> str:
-    digest = hashlib.sha256("\x00".join([task_type, program, *inputs]).encode()).hexdigest()
-    return f"{task_type}-{digest[:16]}"
 
 
 def _static_reason(task_type: TaskType, proposal: Proposal, config: ProblemsConfig) -> str | None:

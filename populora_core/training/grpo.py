@@ -1,10 +1,24 @@
 """Advantages and the clipped policy-gradient loss (pure functions).
 
-GRPO (Shao et al., 2024) as Absolute Zero Reasoner uses it, with task-relative
-baselines: rewards are normalised within each group (role × task type),
-    Â_i = (r_i − mean_g(r)) / (std_g(r) + ε).
-REINFORCE++-baseline (Hu et al., 2025): Â_i = (r_i − mean_g(r)) / (std_batch + ε),
-the group mean as baseline and one batch-wide scale.
+Baseline groups (``GRPOConfig.advantage`` picks one family, ``advantage_groups``
+builds the groups of one generation's samples):
+- task groups, after Absolute Zero Reasoner's task-relative baselines (TRR++: one
+  baseline per task type × role over the whole batch): every (role, task type)
+  is one group, pooled over all adapters of that role in the generation, so a
+  teacher's three proposals over three task types still have a baseline.
+- prompt groups (GRPO, Shao et al., 2024): a student's group is the G samples it
+  drew for one problem. A proposal prompt is sampled once, so teachers keep task groups.
+A group with one member, or whose rewards are all equal, has no contrast of its
+own (its advantages would be 0 and its samples wasted): its samples fall back to
+the next wider group (prompt → task → role, the role group being every sample of
+that role in the generation). So an adapter gets no signal only when every
+reward of its role is equal; config validation makes sure a role group always
+has two members.
+
+Estimators over those groups:
+    GRPO:                  Â_i = (r_i − mean_g(r)) / (std_g(r) + ε)
+    REINFORCE++-baseline:  Â_i = (r_i − mean_g(r)) / (std over the role's batch of (r − mean_g) + ε)
+    (Hu et al., 2025: the group mean as baseline, one batch-wide scale).
 
 Loss, per completion token t of sequence i (PPO clipping, token-mean):
     ρ_it = exp(log π_θ − log π_old),
@@ -15,45 +29,108 @@ What is dropped from GRPO: no reference model unless β > 0.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import torch
 
 
-def _group_stats(rewards: torch.Tensor, groups: Sequence[Hashable]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-element mean and (population) std of its group."""
+def advantage_groups(
+    rewards: Sequence[float], roles: Sequence[str], task_types: Sequence[str], prompts: Sequence[Hashable], kind: str
+) -> tuple[list[tuple], dict[tuple, list[int]]]:
+    """The baseline group of every sample (module docstring), and every group's members.
+
+    Candidates, narrowest first: the prompt group (``prompt_*`` estimators, students only;
+    ``prompts`` identifies a student's problem, e.g. (student, teacher, problem)), the task
+    group (role, task type), the role group. A sample takes the first candidate with two
+    members whose rewards differ: a one-member or flat group has no contrast of its own
+    (its advantages would all be 0), so its samples are compared with the wider group. A
+    sample falls through to a flat role group only when every reward of its role is equal."""
+    per_prompt = kind.startswith("prompt_")
+    candidates = [
+        ([("prompt", role, prompt)] if per_prompt and role == "student" else [])
+        + [("task", role, task), ("role", role)]
+        for role, task, prompt in zip(roles, task_types, prompts, strict=True)
+    ]
+    members: dict[tuple, list[int]] = {}
+    for i, keys in enumerate(candidates):
+        for key in keys:
+            members.setdefault(key, []).append(i)
+
+    def has_contrast(key: tuple) -> bool:
+        values = [rewards[i] for i in members[key]]
+        return len(values) >= 2 and max(values) - min(values) > 1e-12
+
+    chosen = [next((k for k in keys if has_contrast(k)), keys[-1]) for keys in candidates]
+    return chosen, {k: members[k] for k in dict.fromkeys(chosen)}
+
+
+def _group_stats(
+    rewards: torch.Tensor, groups: Sequence[Hashable], members: Mapping[Hashable, Sequence[int]] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-element mean and (population) std of its group; ``members`` (group → indices)
+    when a group's statistics span more samples than the ones assigned to it."""
+    if members is None:
+        members = {}
+        for i, g in enumerate(groups):
+            members.setdefault(g, []).append(i)
     mean = torch.empty_like(rewards)
     std = torch.empty_like(rewards)
     for g in dict.fromkeys(groups):
-        idx = torch.tensor([i for i, x in enumerate(groups) if x == g])
-        mean[idx] = rewards[idx].mean()
-        std[idx] = rewards[idx].std(unbiased=False)
+        mine = torch.tensor([i for i, x in enumerate(groups) if x == g])
+        idx = torch.tensor(list(members[g]))
+        mean[mine] = rewards[idx].mean()
+        std[mine] = rewards[idx].std(unbiased=False)
     return mean, std
 
 
-def grpo_advantages(rewards: torch.Tensor, groups: Sequence[Hashable], eps: float = 1e-6) -> torch.Tensor:
-    """Â = (r − mean_g) / (std_g + ε) within each group. rewards: (N,)."""
-    mean, std = _group_stats(rewards, groups)
+def grpo_advantages(
+    rewards: torch.Tensor,
+    groups: Sequence[Hashable],
+    members: Mapping[Hashable, Sequence[int]] | None = None,
+    batches: Sequence[Hashable] | None = None,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Â = (r − mean_g) / (std_g + ε) over each sample's group g. rewards: (N,);
+    ``batches`` unused."""
+    mean, std = _group_stats(rewards, groups, members)
     return (rewards - mean) / (std + eps)
 
 
-def reinforce_pp_advantages(rewards: torch.Tensor, groups: Sequence[Hashable], eps: float = 1e-6) -> torch.Tensor:
-    """Â = (r − mean_g) / (std of (r − mean_g) over the batch + ε). rewards: (N,)."""
-    mean, _ = _group_stats(rewards, groups)
+def reinforce_pp_advantages(
+    rewards: torch.Tensor,
+    groups: Sequence[Hashable],
+    members: Mapping[Hashable, Sequence[int]] | None = None,
+    batches: Sequence[Hashable] | None = None,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Â = (r − mean_g) / (std of (r − mean_g) over the sample's batch + ε). rewards: (N,);
+    ``batches`` (e.g. the role) defaults to one batch of everything."""
+    mean, _ = _group_stats(rewards, groups, members)
     centred = rewards - mean
-    return centred / (centred.std(unbiased=False) + eps)
+    _, scale = _group_stats(centred, batches if batches is not None else [0] * len(rewards))
+    return centred / (scale + eps)
 
 
-ADVANTAGES = {"grpo": grpo_advantages, "reinforce_pp": reinforce_pp_advantages}
+ADVANTAGES = {
+    "prompt_grpo": grpo_advantages,
+    "task_grpo": grpo_advantages,
+    "task_reinforce_pp": reinforce_pp_advantages,
+}
 
 
-def compute_advantages(rewards: torch.Tensor, groups: Sequence[Hashable], kind: str) -> torch.Tensor:
+def compute_advantages(
+    rewards: torch.Tensor,
+    groups: Sequence[Hashable],
+    kind: str,
+    members: Mapping[Hashable, Sequence[int]] | None = None,
+    batches: Sequence[Hashable] | None = None,
+) -> torch.Tensor:
     """Advantages by the estimator ``kind`` (``GRPOConfig.advantage``); a miss lists the valid names."""
     try:
         estimator = ADVANTAGES[kind]
     except KeyError:
         raise KeyError(f"unknown advantage estimator {kind!r}; valid: {sorted(ADVANTAGES)}") from None
-    return estimator(rewards, groups)
+    return estimator(rewards, groups, members, batches)
 
 
 def policy_loss(

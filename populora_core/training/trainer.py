@@ -117,8 +117,11 @@ def update_adapter(
     *,
     pad_id: int = 0,
     optimizer_state: dict | None = None,
+    generator: torch.Generator | None = None,
 ) -> tuple[dict[str, float], dict]:
-    """One update of ``adapter_id`` on ``rollouts``; returns (metrics, optimizer state)."""
+    """One update of ``adapter_id`` on ``rollouts``; returns (metrics, optimizer state).
+    ``generator`` shuffles the rollouts before they are split into ``config.minibatches``
+    (so a baseline's solver samples do not all precede its proposals); None keeps their order."""
     started = time.perf_counter()
     model.set_adapter(adapter_id)
     params = trainable_parameters(model, adapter_id)
@@ -142,6 +145,8 @@ def update_adapter(
     sums = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0}
     steps = 0
     grad_norm = 0.0
+    if generator is not None:
+        rollouts = [rollouts[i] for i in torch.randperm(len(rollouts), generator=generator).tolist()]
     parts = min(config.minibatches, len(rollouts))
     bounds = [round(i * len(rollouts) / parts) for i in range(parts + 1)]
     for _ in range(config.epochs):
@@ -162,6 +167,7 @@ def update_adapter(
         "losses/clip_frac": sums["clip_frac"] / steps,
         "losses/kl": sums["kl"] / steps,
         "charts/grad_norm": grad_norm,
+        "charts/steps": float(steps),
         "charts/tokens": float(total_tokens),
         "charts/seconds": seconds,
         "charts/tokens_per_s": total_tokens * config.epochs / seconds,

@@ -86,14 +86,38 @@ def test_resolved_config_round_trips_through_yaml(tmp_path):
     assert load_config(path) == config
 
 
-def test_baseline_presets_are_compute_matched_to_their_population():
+def test_baseline_presets_are_compute_matched_per_adapter_or_in_total():
     from populora_core.config import load_config
 
     for name in ("cpu-tiny", "cpu-small"):
         pop, base = load_config(preset=name), load_config(preset=f"{name}-baseline")
         assert base.population.single_agent and (base.population.teachers, base.population.students) == (1, 1)
+        assert base.baseline.matching == "per_adapter"
+        # per adapter: one teacher's proposals, one student's problems, one update like any member
+        assert base.play_budget == pop.budget and base.update_grpo.minibatches == pop.grpo.minibatches == 1
+        assert (base.rewards.teacher_rule, base.rewards.invalid_rule) == ("learnability", "absolute_zero")
+        assert base.model == pop.model
+        total = load_config(preset=f"{name}-baseline", overrides=["baseline.matching=total"])
         proposals = pop.population.teachers * pop.budget.proposals_per_teacher
-        assert base.budget.proposals_per_teacher == proposals
-        assert base.budget.problems_per_match == pop.population.students * pop.budget.problems_per_match
-        assert base.grpo.minibatches == pop.population.teachers + pop.population.students
-        assert base.model == pop.model and base.budget.samples_per_problem == pop.budget.samples_per_problem
+        assert total.play_budget.proposals_per_teacher == proposals
+        assert total.play_budget.problems_per_match == pop.population.students * pop.budget.problems_per_match
+        assert total.update_grpo.minibatches == pop.population.teachers + pop.population.students
+
+
+def test_a_config_that_leaves_teachers_without_a_signal_fails_naming_the_fields():
+    import pytest
+
+    from populora_core.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"budget.proposals_per_teacher × population.teachers = 1"):
+        load_config(preset="cpu-tiny-baseline", overrides=["budget.proposals_per_teacher=1"])
+    load_config(preset="cpu-tiny", overrides=["budget.proposals_per_teacher=1"])  # pooled over two teachers
+
+
+def test_advantage_names_are_checked():
+    import pytest
+
+    from populora_core.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"grpo\.advantage"):
+        load_config(preset="cpu-tiny", overrides=["grpo.advantage=grpo"])

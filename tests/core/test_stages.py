@@ -11,3 +11,40 @@ def test_a_match_with_few_problems_gets_the_full_sample_budget():
     assert _samples_per_problem(work, per_match=3, g=4) == [6, 6, 4, 4, 4, 4]
     work = [("t", "s", SEED_PROBLEM)] * 5
     assert sum(_samples_per_problem(work, per_match=12, g=4)) == 48
+
+
+def test_seed_ids_are_content_hashes():
+    from populora_core.problems import SEED_PROBLEMS, problem_id
+
+    for p in SEED_PROBLEMS:
+        assert p.problem_id == problem_id(p.task_type, p.program, p.inputs)
+
+
+def test_a_copy_of_a_seed_or_of_a_buffer_problem_is_a_repeat_not_a_fresh_problem(local_pool):
+    """A verbatim copy of the reference earns no fresh-problem reward: it is invalid ("repeat")."""
+    import numpy as np
+    import pandas as pd
+
+    from populora_core.config import load_config
+    from populora_core.stages import reward, seed_buffers, validate
+
+    config = load_config(preset="cpu-tiny")
+    copy = '<answer>\n```python\ndef f(a):\n    return a\n```\n```input\n"Hello world"\n```\n</answer>'
+    new = '<answer>\n```python\ndef f(a):\n    return a * 2\n```\n```input\n3\n```\n</answer>'
+    proposals = pd.DataFrame(
+        {
+            "proposal_id": ["t/p0", "t/p1", "t/p2"],
+            "teacher_id": ["t"] * 3,
+            "task_type": ["code_o"] * 3,
+            "completion": [copy, new, new],
+        }
+    )
+    problems = validate(proposals, seed_buffers(["t"]), local_pool, config, 0, np.random.rand(4, 8))
+    fresh = problems[problems["source"] == "fresh"]
+    assert fresh["reason"].tolist() == ["repeat", "ok", "duplicate"]
+    assert fresh["valid"].tolist() == [False, True, False]
+    # the repeat earns the invalid-proposal penalty, not 1 − ρ
+    rollouts = pd.DataFrame(columns=["rollout_id", "task_type"])
+    verdicts = pd.DataFrame(columns=["rollout_id", "problem_id", "teacher_id", "student_id", "status"])
+    rewards = reward(proposals, problems, rollouts, verdicts, config)
+    assert rewards.set_index("item_id").loc["t/p0", "reward"] == config.rewards.invalid_proposal

@@ -6,6 +6,13 @@ says whether the operator acts on ΔW (via the factored SVD of lora.py, never
 forming the d_out × d_in matrix) or on the factors A, B directly. All ΔW
 formulas below are up to the common scale α / r.
 
+Operators on ΔW write the child U' S' V'ᵀ back as A' = a·V'ᵀ, B' = U'·S'/a with
+a = ``factor_scale`` of the (first or better) parent, module by module: the
+parent's A scale, so a child learns as fast as its parent (see ``lora.factor_scale``).
+Every child keeps r trainable components: A has full row rank r, and no
+component has both its A row and its B column at zero (a point where both
+gradients vanish forever).
+
 Operators are registered in ``OPERATORS`` (an explicit dict); ``get_operator``
 names the valid keys on a miss. Each returns the child and the parameters it
 drew, which go into lineage.parquet.
@@ -22,9 +29,11 @@ from populora_core.population.lora import (
     LoraAdapter,
     LoraFactors,
     combine,
+    factor_scale,
     factored_svd,
     layer_index,
     reproject,
+    split,
     svd_core,
     svd_factors,
 )
@@ -70,9 +79,10 @@ def svd_perturbation(parent: LoraAdapter, gen: torch.Generator, *, sigma: float 
     """M1, on ΔW. With ΔW = U S Vᵀ (factored SVD):
     S' = S ⊙ exp(σ·ε), ε ~ N(0, I)  (multiplicative singular-value noise),
     U' = rotate(U, step), V' = rotate(V, step)  (see ``_rotation``);  ΔW' = U' S' V'ᵀ,
-    written back as B' = U'√S', A' = √S' V'ᵀ."""
+    written back as B' = U'·S'/a, A' = a·V'ᵀ (module docstring)."""
     modules = {}
     for name, f in parent:
+        a = factor_scale(f)
         core = svd_core(f.B, f.A)
         if core is None:  # rank-deficient factors: explicit orthonormal bases
             U, S, V = factored_svd(f.B, f.A)
@@ -80,10 +90,10 @@ def svd_perturbation(parent: LoraAdapter, gen: torch.Generator, *, sigma: float 
             T_u = T_v = torch.eye(S.shape[0], dtype=S.dtype)
         else:
             (T_u, S, T_v), B, A = core, f.B, f.A
-        root = (S * torch.exp(sigma * _randn_like(S, gen))).sqrt()
-        M, H, N = _rotation(B.T, T_u, root, step, gen)
+        s_a, s_b = split(S * torch.exp(sigma * _randn_like(S, gen)), a)
+        M, H, N = _rotation(B.T, T_u, s_b, step, gen)
         B_new = torch.addmm(H.T @ N, B, M)
-        M, H, N = _rotation(A, T_v, root, step, gen)
+        M, H, N = _rotation(A, T_v, s_a, step, gen)
         A_new = torch.addmm(N.T @ H, M.T, A)
         modules[name] = LoraFactors(A=A_new, B=B_new)
     return parent.with_modules(modules), {"sigma": sigma, "step": step}
@@ -108,7 +118,10 @@ def layer_noise(parent: LoraAdapter, gen: torch.Generator, *, fraction: float = 
 
 def component_mask(parent: LoraAdapter, gen: torch.Generator, *, fraction: float = 0.25):
     """M3, on ΔW. With ΔW = U S Vᵀ, zero a random ⌈fraction·r⌉ of the r singular
-    components: ΔW' = U (S ⊙ m) Vᵀ, m ∈ {0, 1}^r (the same indices in every module)."""
+    components: ΔW' = U (S ⊙ m) Vᵀ, m ∈ {0, 1}^r (the same indices in every module).
+    A masked component keeps B's column at zero (so ΔW is masked) and gets a fresh
+    A row ~ N(0, I) scaled to the parent's row norm a, as at initialisation: its
+    gradient ∂L/∂B_i = G A_iᵀ is non-zero, so it learns again."""
     r = parent.rank
     n_mask = max(1, round(fraction * r))
     masked = torch.randperm(r, generator=gen)[:n_mask]
@@ -116,14 +129,16 @@ def component_mask(parent: LoraAdapter, gen: torch.Generator, *, fraction: float
     keep[masked] = 0.0
     modules = {}
     for name, f in parent:
+        a = factor_scale(f) or 1.0 / f.A.shape[1] ** 0.5
         core = svd_core(f.B, f.A)
         if core is None:
             U, S, V = factored_svd(f.B, f.A)
-            A, B = svd_factors(U, S * keep.to(S.dtype), V)
-            modules[name] = LoraFactors(A=A, B=B)
-            continue
-        T_u, S, T_v = core
-        A, B = reproject(f.A, f.B, T_u, S * keep.to(S.dtype), T_v)
+            A, B = svd_factors(U, S * keep.to(S.dtype), V, a)
+        else:
+            T_u, S, T_v = core
+            A, B = reproject(f.A, f.B, T_u, S * keep.to(S.dtype), T_v, a)
+        fresh = _randn_like(A[masked], gen)
+        A[masked] = a * fresh / fresh.norm(dim=1, keepdim=True).clamp_min(1e-12)
         modules[name] = LoraFactors(A=A, B=B)
     return parent.with_modules(modules), {"fraction": fraction, "masked": sorted(masked.tolist())}
 
@@ -160,7 +175,7 @@ def dare_merge(a: LoraAdapter, b: LoraAdapter, gen: torch.Generator, *, p: float
     """X1: DARE on the factors, combination on ΔW. Each parent's A gets a DARE
     mask (ΔW̃ = B·dare(A); E[ΔW̃] = ΔW since the mask is unbiased — masking B too
     would only add variance), then ΔW' = trunc_r( w·ΔW̃₁ + (1 − w)·ΔW̃₂ ) by the
-    factored SVD of the stacked factors."""
+    factored SVD of the stacked factors, scaled as parent a."""
     modules = {}
     for name, fa in a:
         fb = b.modules[name]
@@ -171,7 +186,7 @@ def dare_merge(a: LoraAdapter, b: LoraAdapter, gen: torch.Generator, *, p: float
             (weight * scale, torch.where(keep_a, fa.A, 0.0), fa.B),
             ((1.0 - weight) * scale, torch.where(keep_b, fb.A, 0.0), fb.B),
         ]
-        A, B = combine(parts, a.rank)
+        A, B = combine(parts, a.rank, factor_scale(fa))
         modules[name] = LoraFactors(A=A, B=B)
     return a.with_modules(modules), {"p": p, "weight": weight}
 
@@ -189,42 +204,46 @@ def layer_crossover(a: LoraAdapter, b: LoraAdapter, gen: torch.Generator):
 
 
 def subspace_mix(a: LoraAdapter, b: LoraAdapter, gen: torch.Generator, *, k: int | None = None):
-    """X3, on ΔW. With ΔW_a = U_a S_a V_aᵀ and ΔW_b = U_b S_b V_bᵀ:
-    ΔW' = U_a[:, :k] S_a[:k] V_a[:, :k]ᵀ + U_b[:, :r−k] S_b[:r−k] V_b[:, :r−k]ᵀ,
-    the top k components of a and the top r − k of b; k ~ U{1, …, r−1} unless given."""
+    """X3, on ΔW: a splice of the two SVD spectra. With ΔW_a = Σᵢ s_a,i u_a,i v_a,iᵀ and
+    ΔW_b likewise (singular values decreasing):
+    ΔW' = Σ_{i ≤ k} s_a,i u_a,i v_a,iᵀ + Σ_{k < i ≤ r} s_b,i u_b,i v_b,iᵀ,
+    components 1..k of a and k+1..r of b; k ~ U{1, …, r−1} unless given. X3(a, a) = a."""
     r = a.rank
     if k is None:
         k = int(torch.randint(1, max(2, r), (1,), generator=gen).item())
     modules = {}
     for name, fa in a:
-        fb = b.modules[name]
-        A_a, B_a = _top(fa, k)
-        A_b, B_b = _top(fb, r - k)
+        scale = factor_scale(fa)
+        A_a, B_a = _components(fa, 0, k, scale)
+        A_b, B_b = _components(b.modules[name], k, r, scale)
         modules[name] = LoraFactors(A=torch.cat([A_a, A_b], dim=0), B=torch.cat([B_a, B_b], dim=1))
     return a.with_modules(modules), {"k": k}
 
 
-def _top(f: LoraFactors, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, B) of the top-k SVD components of one module's ΔW."""
+def _components(f: LoraFactors, lo: int, hi: int, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, B) of SVD components lo+1..hi (1-based, decreasing singular values) of one module's ΔW."""
     core = svd_core(f.B, f.A)
     if core is None:
-        return svd_factors(*factored_svd(f.B, f.A, k))
+        U, S, V = factored_svd(f.B, f.A)
+        return svd_factors(U[:, lo:hi], S[lo:hi], V[:, lo:hi], scale)
     T_u, S, T_v = core
-    return reproject(f.A, f.B, T_u[:, :k], S[:k], T_v[:, :k])
+    return reproject(f.A, f.B, T_u[:, lo:hi], S[lo:hi], T_v[:, lo:hi], scale)
 
 
 def task_arithmetic(better: LoraAdapter, worse: LoraAdapter, gen: torch.Generator, *, eta: float | None = None):
-    """X4, on the factors (the adapter's parameters w = (A, B)):
-    w' = w_worse + η·(w_better − w_worse), η ~ U[1, 1.5] unless given (η > 1 extrapolates
-    past the better parent). The child is exactly this, rank r by construction."""
+    """X4, on ΔW: extrapolative task arithmetic,
+    ΔW' = trunc_r( ΔW_worse + η·(ΔW_better − ΔW_worse) ) = trunc_r( (1 − η)·ΔW_worse + η·ΔW_better ),
+    η ~ U[1, 1.5] unless given (η > 1 extrapolates past the better parent); the rank-2r
+    sum is brought back to r by the factored SVD (``lora.combine``), scaled as the better
+    parent. On the factors separately it would mix unrelated A's: B'A' would carry the
+    cross terms B_w A_b and B_b A_w, and scale ΔW_better by η²."""
     if eta is None:
         eta = 1.0 + 0.5 * float(torch.rand((), generator=gen).item())
-    modules = {
-        name: LoraFactors(
-            A=fw.A + eta * (better.modules[name].A - fw.A), B=fw.B + eta * (better.modules[name].B - fw.B)
-        )
-        for name, fw in worse
-    }
+    modules = {}
+    for name, fw in worse:
+        fb = better.modules[name]
+        A, B = combine([(1.0 - eta, fw.A, fw.B), (eta, fb.A, fb.B)], better.rank, factor_scale(fb))
+        modules[name] = LoraFactors(A=A, B=B)
     return better.with_modules(modules), {"eta": eta}
 
 

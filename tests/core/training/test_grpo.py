@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from populora_core.training.grpo import grpo_advantages, policy_loss, reinforce_pp_advantages
+from populora_core.training.grpo import (
+    advantage_groups,
+    compute_advantages,
+    grpo_advantages,
+    policy_loss,
+    reinforce_pp_advantages,
+)
 
 
 def test_grpo_normalises_within_groups():
@@ -58,12 +64,49 @@ def test_the_config_switch_picks_the_estimator():
     import pytest
 
     from populora_core.config import GRPOConfig
-    from populora_core.training.grpo import compute_advantages
 
     rewards, groups = torch.tensor([1.0, -1.0, 10.0, 0.0]), ["a", "a", "b", "b"]
     grpo = compute_advantages(rewards, groups, GRPOConfig().advantage)
     torch.testing.assert_close(grpo, grpo_advantages(rewards, groups))
-    rpp = compute_advantages(rewards, groups, GRPOConfig(advantage="reinforce_pp").advantage)
+    rpp = compute_advantages(rewards, groups, GRPOConfig(advantage="task_reinforce_pp").advantage)
     torch.testing.assert_close(rpp, reinforce_pp_advantages(rewards, groups))
     with pytest.raises(KeyError, match="valid"):
         compute_advantages(rewards, groups, "ppo")
+
+
+def test_groups_are_pooled_per_task_and_role_and_fall_back_when_flat_or_single():
+
+    # teachers t1, t2 with one proposal per task type: each task group pools both teachers
+    roles = ["teacher"] * 6
+    tasks = ["code_o", "code_i", "code_f"] * 2
+    prompts = [f"t{i // 3}/p{i % 3}" for i in range(6)]
+    rewards = [1.0, 0.5, -1.0, 0.0, 0.5, -1.0]
+    groups, members = advantage_groups(rewards, roles, tasks, prompts, "task_grpo")
+    assert groups[0] == ("task", "teacher", "code_o") and members[groups[0]] == [0, 3]
+    # code_i and code_f are flat across teachers: they fall back to the whole role
+    assert groups[1] == groups[2] == ("role", "teacher") and members[("role", "teacher")] == list(range(6))
+    adv = compute_advantages(torch.tensor(rewards), groups, "task_grpo", members)
+    assert (adv.abs() > 1e-3).all()
+
+
+def test_prompt_grpo_groups_a_students_samples_of_one_problem():
+
+    roles = ["student"] * 6 + ["teacher"] * 2
+    tasks = ["code_o"] * 8
+    prompts = [("s", "t", "p1")] * 3 + [("s", "t", "p2")] * 3 + ["t/p0", "t/p1"]
+    rewards = [1.0, -0.5, -0.5, 1.0, 1.0, 1.0, 0.5, 0.0]
+    groups, members = advantage_groups(rewards, roles, tasks, prompts, "prompt_grpo")
+    assert groups[:3] == [("prompt", "student", ("s", "t", "p1"))] * 3
+    assert groups[3:6] == [("task", "student", "code_o")] * 3  # all solved: compared with the task group
+    assert groups[6:] == [("task", "teacher", "code_o")] * 2
+    adv = compute_advantages(torch.tensor(rewards), groups, "prompt_grpo", members)
+    torch.testing.assert_close(adv[:3], grpo_advantages(torch.tensor(rewards[:3]), [0] * 3))
+    assert (adv[3:6] > 0).all()  # above the student's task mean
+
+
+def test_only_a_flat_role_gives_zero_advantages():
+
+    rewards = [-1.0] * 4
+    groups, members = advantage_groups(rewards, ["teacher"] * 4, ["code_o", "code_i"] * 2, range(4), "task_grpo")
+    assert set(groups) == {("role", "teacher")}
+    assert torch.equal(compute_advantages(torch.tensor(rewards), groups, "task_grpo", members), torch.zeros(4))
