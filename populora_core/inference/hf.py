@@ -61,7 +61,7 @@ class HFBackend:
         self,
         model_path: Path,
         *,
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
         device: str = "cpu",
         batch_size: int = 16,
         model=None,

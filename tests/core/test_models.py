@@ -51,3 +51,13 @@ def test_local_directories_and_bad_references(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelUnavailable, match="HF_HUB_OFFLINE"):
         resolve_model("someorg/not-downloaded-model")
+
+
+def test_auto_dtype_is_bfloat16_only_where_the_hardware_computes_in_it():
+    import torch
+
+    from populora_core.models import resolve_dtype
+
+    assert resolve_dtype("float16") == "float16" and resolve_dtype("bfloat16", "cpu") == "bfloat16"
+    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert resolve_dtype("auto", "cpu") == ("bfloat16" if native else "float32")

@@ -30,7 +30,7 @@ def test_a_copy_of_a_seed_or_of_a_buffer_problem_is_a_repeat_not_a_fresh_problem
 
     config = load_config(preset="cpu-tiny")
     copy = '<answer>\n```python\ndef f(a):\n    return a\n```\n```input\n"Hello world"\n```\n</answer>'
-    new = '<answer>\n```python\ndef f(a):\n    return a * 2\n```\n```input\n3\n```\n</answer>'
+    new = "<answer>\n```python\ndef f(a):\n    return a * 2\n```\n```input\n3\n```\n</answer>"
     proposals = pd.DataFrame(
         {
             "proposal_id": ["t/p0", "t/p1", "t/p2"],
