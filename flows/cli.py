@@ -195,7 +195,7 @@ def _generations_table(run) -> object:
     from populora_core.runs import generation_summaries
 
     table = Table(title=f"{run.run_id}: generations")
-    for col in ("gen", "valid", "solved", "fmt err", "T reward", "cov/all", "repl", "sec", "resumed"):
+    for col in ("gen", "valid", "solved", "fmt err", "T reward", "updated", "cov/all", "repl", "sec", "resumed"):
         table.add_column(col, justify="right")
     for s in generation_summaries(run):
         rewards = list(s["teacher_reward"].values())
@@ -205,6 +205,7 @@ def _generations_table(run) -> object:
             f"{s['solve_rate']:.0%}",
             f"{s['format_error_rate']:.0%}",
             f"{sum(rewards) / len(rewards):+.2f}" if rewards else "",
+            f"{sum(s['updated'].values())}/{len(s['updated'])}" if "updated" in s else "",
             f"{s['coverage']:.1%}/{s['cumulative_coverage']:.1%}",
             str(len(s["replaced"])),
             f"{s['seconds']:.0f}",

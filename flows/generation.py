@@ -46,8 +46,8 @@ def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
         f"solved **{summary['solve_rate']:.0%}** of {summary['solutions']} solutions · "
         f"format errors {summary['format_error_rate']:.0%} · {summary['seconds']:.0f} s",
         "",
-        "| adapter | role | solve rate | teacher reward | valid proposals | μ | σ | μ − 3σ |",
-        "|---|---|---|---|---|---|---|---|",
+        "| adapter | role | solve rate | teacher reward | valid proposals | ΔW change | μ | σ | μ − 3σ |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for adapter_id, r in summary["ratings"].items():
         solve = summary["solve_rate_per_student"].get(adapter_id)
@@ -60,6 +60,7 @@ def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
             "" if solve is None else f"{solve:.0%}",
             "" if reward is None else f"{reward:+.2f}",
             "" if valid is None else f"{valid:.0%}",
+            _update_cell(summary, adapter_id),
             f"{r['mu']:.2f}",
             f"{r['sigma']:.2f}",
             f"{r['conservative']:.2f}",
@@ -75,6 +76,14 @@ def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
     return "\n".join(lines)
 
 
+def _update_cell(summary: dict, adapter_id: str) -> str:
+    """‖ΔW' − ΔW‖/‖ΔW‖ of the adapter's update, or why it was skipped."""
+    if adapter_id in summary["skipped"]:
+        return f"skipped: {summary['skipped'][adapter_id]}"
+    change = summary["delta_change"].get(adapter_id)
+    return "" if change is None else f"{change:.2%}"
+
+
 def one_line(generation: int, summary: dict) -> str:
     """The live summary the CLI prints after each generation."""
     rewards = summary["teacher_reward"].values()
@@ -82,6 +91,7 @@ def one_line(generation: int, summary: dict) -> str:
     return (
         f"gen {generation:>3} | valid {summary['valid_rate']:4.0%} | solved {summary['solve_rate']:4.0%} "
         f"(format err {summary['format_error_rate']:4.0%}) | teacher reward {mean_reward:+.2f} | "
+        f"updated {sum(summary['updated'].values())}/{len(summary['updated'])} | "
         f"coverage {summary['coverage']:.1%} (all {summary['cumulative_coverage']:.1%}) | "
         f"replaced {len(summary['replaced'])} | {summary['seconds']:.0f} s"
     )
@@ -118,6 +128,7 @@ def generation_flow(run_dir: str, generation: int | None = None, until: str | No
         read_artifact(gen, "ratings"),
         read_artifact(gen, "lineage"),
         read_artifact(gen, "coverage"),
+        read_artifact(gen, "train_metrics"),
     )
     summary["seconds"] = sum(r["seconds"] for r in records.values())
     summary["wall_seconds"] = time.perf_counter() - started

@@ -123,7 +123,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("updated", _BOOL),
             ("skip_reason", _STR),
             ("steps", _I32),
-            ("param_change", _F64),
+            ("delta_change", _F64),
             ("loss", _F64),
             ("clip_frac", _F64),
             ("kl", _F64),

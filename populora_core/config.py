@@ -275,8 +275,10 @@ class GRPOConfig(_Frozen):
     `task_grpo`: Absolute Zero's task-relative baselines, one group per role × task type
     pooled over the role's adapters, (r − mean)/std. `task_reinforce_pp`:
     REINFORCE++-baseline over task groups, r − group mean, divided by the role's std.
-    A one-member group falls back to its role's group, so no adapter is left without a
-    baseline by the budget."""
+    A group with one member or equal rewards falls back to the next wider group (prompt →
+    task → role), so no adapter is left without a signal by the budget. Unlike textbook
+    GRPO (and DAPO, which drops them), a student's all-correct or all-wrong problem is then
+    compared with its task group instead of contributing nothing."""
     learning_rate: float = Field(1e-5, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     clip_eps: float = Field(0.2, gt=0)
@@ -424,10 +426,12 @@ class RunConfig(_Frozen):
     def _every_adapter_can_learn(self) -> RunConfig:
         proposals = self.play_budget.proposals_per_teacher * self.population.teachers
         if proposals < 2:
+            fields = "budget.proposals_per_teacher × population.teachers"
+            if self._total_matched:
+                fields = "budget.proposals_per_teacher × baseline.matched_teachers"
             raise ValueError(
-                f"budget.proposals_per_teacher × population.teachers = {proposals}: the teachers' baseline "
-                "group has a single proposal, so its advantage is always 0 and no teacher can learn; "
-                "raise budget.proposals_per_teacher or population.teachers"
+                f"{fields} = {proposals}: the teachers' baseline group has a single proposal, so its "
+                f"advantage is always 0 and no teacher can learn; raise {' or '.join(fields.split(' × '))}"
             )
         return self
 

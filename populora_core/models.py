@@ -248,7 +248,9 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> str:
     import torch
 
     if device.startswith("cuda"):
-        return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"
+        # compute capability 8.0 (Ampere) and newer compute in bf16; older GPUs only emulate it
+        native = torch.cuda.is_available() and torch.cuda.get_device_capability(torch.device(device)) >= (8, 0)
+        return "bfloat16" if native else "float32"
     return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
 
 

@@ -111,7 +111,7 @@ class Runtime:
                     url=inf.vllm_url,
                     max_loras=members + 2,  # above the adapter count (NOTES.md: a base row went wrong at equal)
                     max_lora_rank=_vllm_rank(self.config.population.rank),
-                    dtype=resolve_dtype(self.config.model.dtype, "cuda"),
+                    dtype=resolve_dtype(self.config.model.dtype, self.config.model.device),
                 )
             else:
                 from populora_core.inference.hf import HFBackend

@@ -216,7 +216,7 @@ def validate(
     in the teacher's buffer (a seed or an earlier proposal; ids are content hashes) is a
     ``repeat``, a second copy within the generation a ``duplicate``: neither is fresh or
     valid. Then each teacher's problem set is topped up from its buffer to
-    ``budget.problems_per_match`` so every student has work. Valid problems get their
+    ``play_budget.problems_per_match`` so every student has work. Valid problems get their
     CVT cell (``metrics.coverage``); invalid ones −1."""
     results = validate_proposals(
         list(zip(proposals["task_type"], proposals["completion"], strict=True)), pool, config.problems
@@ -444,13 +444,19 @@ def skip_reason(batch: Sequence[Rollout], rewards: pd.Series) -> str:
     return "advantages all 0"
 
 
-def param_change(before, after) -> float:
-    """‖θ_after − θ_before‖ / ‖θ_before‖ over an adapter's LoRA factors."""
+def delta_change(before, after) -> float:
+    """‖ΔW_after − ΔW_before‖_F / ‖ΔW_before‖_F over an adapter's modules (α / r cancels).
+
+    ‖B'A' − BA‖² = ⟨G_B, G_A⟩ for the 2r × 2r Grams of [B' | −B] and [A'; A], so no
+    d_out × d_in matrix is formed."""
     num = den = 0.0
     for name, f in before:
         g = after.modules[name]
-        num += float((g.A - f.A).pow(2).sum() + (g.B - f.B).pow(2).sum())
-        den += float(f.A.pow(2).sum() + f.B.pow(2).sum())
+        B = torch.cat([g.B, -f.B], dim=1).double()
+        A = torch.cat([g.A, f.A], dim=0).double()
+        num += float(((B.T @ B) * (A @ A.T)).sum())
+        den += float(((f.B.T @ f.B).double() * (f.A @ f.A.T).double()).sum())
+    num = max(num, 0.0)
     return (num / den) ** 0.5 if den > 0 else float("inf") if num > 0 else 0.0
 
 
@@ -464,8 +470,8 @@ def update(
     config: RunConfig,
     out_dir: Path,
     *,
+    generation: int,
     base_model: str = "",
-    generation: int = 0,
 ) -> pd.DataFrame:
     """One GRPO update per adapter (``RunConfig.update_grpo``; minibatches shuffled by a
     generator seeded from (run seed, generation, adapter)); the result (adapter +
@@ -485,7 +491,7 @@ def update(
         batch = training_batch(m.adapter_id, rewards, proposals, rollouts)
         adapter = load_adapter(source)
         state = load_optimizer_state(source)
-        row = dict.fromkeys(("loss", "clip_frac", "kl", "grad_norm", "tokens", "seconds", "param_change"), 0.0)
+        row = dict.fromkeys(("loss", "clip_frac", "kl", "grad_norm", "tokens", "seconds", "delta_change"), 0.0)
         reason = skip_reason(batch, rewards.loc[rewards["adapter_id"] == m.adapter_id, "reward"])
         row.update(adapter_id=m.adapter_id, samples=len(batch), updated=False, skip_reason=reason, steps=0)
         if not reason:
@@ -495,7 +501,7 @@ def update(
             row.update(
                 updated=True,
                 steps=int(metrics["charts/steps"]),
-                param_change=param_change(before, adapter),
+                delta_change=delta_change(before, adapter),
                 loss=metrics["losses/policy"],
                 clip_frac=metrics["losses/clip_frac"],
                 kl=metrics["losses/kl"],
@@ -635,6 +641,7 @@ def generation_summary(
     ratings: pd.DataFrame,
     lineage: pd.DataFrame,
     coverage_frame: pd.DataFrame,
+    train_metrics: pd.DataFrame,
 ) -> dict:
     """Headline figures of one generation (the CLI's one-line summary and the UI table)."""
     fresh = problems[problems["source"] == "fresh"]
@@ -648,6 +655,9 @@ def generation_summary(
         "format_error_rate": float((verdicts["status"] == "format_error").mean()) if len(verdicts) else 0.0,
         "solve_rate_per_student": {k: float(v) for k, v in students.items()},
         "teacher_reward": {k: float(v) for k, v in teachers.items()},
+        "updated": {r.adapter_id: bool(r.updated) for r in train_metrics.itertuples(index=False)},
+        "delta_change": {r.adapter_id: float(r.delta_change) for r in train_metrics.itertuples(index=False)},
+        "skipped": {r.adapter_id: r.skip_reason for r in train_metrics.itertuples(index=False) if not r.updated},
         "ratings": {
             r.adapter_id: {"mu": float(r.mu), "sigma": float(r.sigma), "conservative": float(r.conservative)}
             for r in ratings.itertuples(index=False)

@@ -215,8 +215,8 @@ def update(ctx: StageContext) -> None:
         ctx.runtime().trainer,
         ctx.config,
         ctx.run.updated(ctx.generation),
-        base_model=str(ctx.model_path),
         generation=ctx.generation,
+        base_model=str(ctx.model_path),
     )
     ctx.write("train_metrics", frame)
 

@@ -117,8 +117,9 @@ def factored_svd(
     return B @ T_u[..., :k], s[..., :k], A.mT @ T_v[..., :k]
 
 
-def factor_scale(f: LoraFactors) -> float | None:
-    """a = ‖A‖_F / √r, the RMS norm of A's rows (None when A is zero).
+def factor_scale(f: LoraFactors) -> float:
+    """a = ‖A‖_F / √r, the RMS norm of A's rows; for an all-zero A, 1/√d_in (the bound of
+    PEFT's Kaiming-uniform init), so a child's A rows are never zero.
 
     Operators write a child as A' = a·V'ᵀ, B' = U'·S'/a (``split``) instead of the
     balanced √S each: LoRA learns through the other factor (∂L/∂B = G Aᵀ), so a
@@ -128,7 +129,7 @@ def factor_scale(f: LoraFactors) -> float | None:
     benchmarks/operator_checks.py measure both).
     """
     a = float(f.A.norm()) / f.A.shape[0] ** 0.5
-    return a if a > 0 else None
+    return a if a > 0 else 1.0 / f.A.shape[1] ** 0.5
 
 
 def split(S: torch.Tensor, a: float | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -221,7 +222,7 @@ def combine(
 
     Σ wᵢ BᵢAᵢ = [w₁B₁ | w₂B₂ | …][A₁; A₂; …] has rank ≤ Σ rᵢ. Its truncated SVD
     follows ``svd_core`` on these stacked factors, with the Gram matrices
-    assembled block by block, and the weights and √S folded into the small
+    assembled block by block, and the weights and the ``split`` scales folded into the small
     matrices (see ``reproject``), so no d-sized matrix is copied or rescaled.
     """
     weights = [w for w, _, _ in parts]

@@ -56,11 +56,11 @@ def advantage_groups(
         for key in keys:
             members.setdefault(key, []).append(i)
 
-    def has_contrast(key: tuple) -> bool:
-        values = [rewards[i] for i in members[key]]
-        return len(values) >= 2 and max(values) - min(values) > 1e-12
-
-    chosen = [next((k for k in keys if has_contrast(k)), keys[-1]) for keys in candidates]
+    contrast = {}
+    for key, idx in members.items():
+        values = [rewards[i] for i in idx]
+        contrast[key] = len(values) >= 2 and max(values) - min(values) > 1e-12
+    chosen = [next((k for k in keys if contrast[k]), keys[-1]) for keys in candidates]
     return chosen, {k: members[k] for k in dict.fromkeys(chosen)}
 
 
@@ -69,14 +69,13 @@ def _group_stats(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-element mean and (population) std of its group; ``members`` (group → indices)
     when a group's statistics span more samples than the ones assigned to it."""
-    if members is None:
-        members = {}
-        for i, g in enumerate(groups):
-            members.setdefault(g, []).append(i)
+    assigned: dict[Hashable, list[int]] = {}
+    for i, g in enumerate(groups):
+        assigned.setdefault(g, []).append(i)
+    members = assigned if members is None else members
     mean = torch.empty_like(rewards)
     std = torch.empty_like(rewards)
-    for g in dict.fromkeys(groups):
-        mine = torch.tensor([i for i, x in enumerate(groups) if x == g])
+    for g, mine in assigned.items():
         idx = torch.tensor(list(members[g]))
         mean[mine] = rewards[idx].mean()
         std[mine] = rewards[idx].std(unbiased=False)

@@ -135,7 +135,9 @@ def generation(preset: str, tmp_path, statuses=STATUSES, any_valid: bool = True)
     proposals, problems, rollouts, verdicts = play(config, members, np.random.default_rng(1), statuses, any_valid)
     proposals, rollouts = _with_old_logprobs(proposals, trainer.model), _with_old_logprobs(rollouts, trainer.model)
     rewards = stages.reward(proposals, problems, rollouts, verdicts, config)
-    metrics = stages.update(members, population_dir, rewards, proposals, rollouts, trainer, config, updated_dir)
+    metrics = stages.update(
+        members, population_dir, rewards, proposals, rollouts, trainer, config, updated_dir, generation=0
+    )
     return members, rewards, metrics, population_dir, updated_dir
 
 
@@ -150,7 +152,7 @@ def test_every_adapter_gets_an_advantage_and_an_update(preset, tmp_path):
             assert (part["advantage"].abs() > 1e-6).any(), (m.adapter_id, role)  # ... so must advantages
     assert metrics["updated"].all(), metrics[["adapter_id", "skip_reason"]]
     assert (metrics["skip_reason"] == "").all()
-    assert (metrics["param_change"] > 0).all() and (metrics["steps"] >= 1).all()
+    assert (metrics["delta_change"] > 0).all() and (metrics["steps"] >= 1).all()
     for m in members:  # the weights on disk moved
         old, new = load_adapter(before_dir / m.adapter_id), load_adapter(after_dir / m.adapter_id)
         assert any(not torch.equal(f.B, new.modules[n].B) for n, f in old), m.adapter_id

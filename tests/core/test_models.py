@@ -53,11 +53,16 @@ def test_local_directories_and_bad_references(tmp_path, monkeypatch):
         resolve_model("someorg/not-downloaded-model")
 
 
-def test_auto_dtype_is_bfloat16_only_where_the_hardware_computes_in_it():
+def test_auto_dtype_is_bfloat16_only_where_the_hardware_computes_in_it(monkeypatch):
     import torch
 
     from populora_core.models import resolve_dtype
 
     assert resolve_dtype("float16") == "float16" and resolve_dtype("bfloat16", "cpu") == "bfloat16"
-    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    assert resolve_dtype("auto", "cpu") == ("bfloat16" if native else "float32")
+    for native, expected in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda native=native: native)
+        assert resolve_dtype("auto", "cpu") == expected
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for capability, expected in (((8, 0), "bfloat16"), ((7, 5), "float32")):  # A100 / T4 (emulated bf16)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device, c=capability: c)
+        assert resolve_dtype("auto", "cuda:1") == expected

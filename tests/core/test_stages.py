@@ -48,3 +48,9 @@ def test_a_copy_of_a_seed_or_of_a_buffer_problem_is_a_repeat_not_a_fresh_problem
     verdicts = pd.DataFrame(columns=["rollout_id", "problem_id", "teacher_id", "student_id", "status"])
     rewards = reward(proposals, problems, rollouts, verdicts, config)
     assert rewards.set_index("item_id").loc["t/p0", "reward"] == config.rewards.invalid_proposal
+    # Absolute Zero's penalties: a repeat is well formatted (−0.5), a bad format −1
+    azr = load_config(preset="cpu-tiny-baseline")
+    bad = proposals.assign(completion=[copy, "no answer here", new])
+    problems = validate(bad, seed_buffers(["t"]), local_pool, azr, 0, np.random.rand(4, 8))
+    rewards = reward(bad, problems, rollouts, verdicts, azr).set_index("item_id")["reward"]
+    assert (rewards["t/p0"], rewards["t/p1"]) == (-0.5, -1.0)

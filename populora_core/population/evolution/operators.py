@@ -129,7 +129,7 @@ def component_mask(parent: LoraAdapter, gen: torch.Generator, *, fraction: float
     keep[masked] = 0.0
     modules = {}
     for name, f in parent:
-        a = factor_scale(f) or 1.0 / f.A.shape[1] ** 0.5
+        a = factor_scale(f)
         core = svd_core(f.B, f.A)
         if core is None:
             U, S, V = factored_svd(f.B, f.A)
@@ -220,7 +220,7 @@ def subspace_mix(a: LoraAdapter, b: LoraAdapter, gen: torch.Generator, *, k: int
     return a.with_modules(modules), {"k": k}
 
 
-def _components(f: LoraFactors, lo: int, hi: int, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _components(f: LoraFactors, lo: int, hi: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(A, B) of SVD components lo+1..hi (1-based, decreasing singular values) of one module's ΔW."""
     core = svd_core(f.B, f.A)
     if core is None:

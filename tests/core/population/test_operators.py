@@ -167,7 +167,7 @@ IDENTITY_CHILDREN = {
 def test_a_child_learns_as_fast_as_its_parent(name):
     """A young adapter (A at init scale, B small) and its SVD-rebuilt copy (same ΔW) move
     as far towards a target in a few Adam steps at a realistic learning rate. The copy
-    rebuilt with balanced factors (√S each, the former write-back) is ~3× slower."""
+    rebuilt with balanced factors (√S each, the former write-back) is ~2× slower."""
     parent = young_adapter(3)
     which, params = IDENTITY_CHILDREN[name]
     child, _ = apply_operator(name, [parent for _ in which], torch.Generator().manual_seed(0), params)

@@ -110,3 +110,13 @@ def test_only_a_flat_role_gives_zero_advantages():
     groups, members = advantage_groups(rewards, ["teacher"] * 4, ["code_o", "code_i"] * 2, range(4), "task_grpo")
     assert set(groups) == {("role", "teacher")}
     assert torch.equal(compute_advantages(torch.tensor(rewards), groups, "task_grpo", members), torch.zeros(4))
+
+
+def test_a_teacher_with_equal_rewards_still_learns_from_its_role_mates():
+    """Pooled baselines: t1's proposals all failed (−1) while t2's did better, so t1 is
+    pushed away from what it proposed, though its own rewards are all equal."""
+    rewards = [-1.0, -1.0, 0.5, -1.0]
+    roles, tasks = ["teacher"] * 4, ["code_o", "code_i"] * 2
+    groups, members = advantage_groups(rewards, roles, tasks, ["t1/0", "t1/1", "t2/0", "t2/1"], "prompt_grpo")
+    adv = compute_advantages(torch.tensor(rewards), groups, "prompt_grpo", members)
+    assert adv[0] < 0 and adv[2] > 0
