@@ -476,6 +476,8 @@ PRESETS: dict[str, dict] = {
         # wants ~10× the full-fine-tuning rate (Schulman et al., "LoRA Without Regret",
         # 2025), and 4 minibatch steps per generation over 16 × 8 samples per student give
         # 2e-5 × 4 / 1e-3 ≈ 8% of the adapter per generation: measurable, not a jump.
+        # (Checked on cpu-small, rank 16: one step at lr 1e-5 moved every member's ΔW by
+        # 1.0% in generation 0 and 0.7% in generation 1, `train_metrics.delta_change`.)
         "generations": 100,
         "model": {"name": "Qwen/Qwen2.5-Coder-7B", "device": "cuda"},
         "inference": {

@@ -41,6 +41,31 @@ def setup(tmp_path_factory):
     return path, model, tokenizer, root, [m.adapter_id for m in members], shapes
 
 
+def _next_logits(hf: HFBackend, adapter: str, ids: list[int]) -> torch.Tensor:
+    """HF's logits after ``ids`` under ``adapter`` (the backend's own adapter routing)."""
+    dtype = next(hf.base.parameters()).dtype
+    hf.lora.route([adapter], dtype)
+    try:
+        with torch.no_grad():
+            return hf.base(input_ids=torch.tensor([ids])).logits[0, -1].float()
+    finally:
+        hf.lora.route(None, dtype)
+
+
+def assert_same_greedy(hf: HFBackend, requests, got: list[list[int]], expected: list[list[int]]) -> None:
+    """Token for token, except where HF's two best logits tie exactly: there the two argmax
+    implementations may pick either token (seen with SmolLM2's dequantised embedding: two
+    tokens at 18.30632 in float32), and the sequences go on from different prefixes."""
+    for request, g, e in zip(requests, got, expected, strict=True):
+        if g == e:
+            continue
+        p = next((i for i, (x, y) in enumerate(zip(g, e, strict=False)) if x != y), min(len(g), len(e)))
+        assert p < min(len(g), len(e)), (request.adapter, g, e)  # one stopped early: a real difference
+        logits = _next_logits(hf, request.adapter, hf.encode(request) + e[:p])
+        best = float(logits.max())
+        assert float(logits[g[p]]) >= best - 1e-4 * abs(best), (request.adapter, p, g, e)
+
+
 def test_greedy_tokens_match_hf(setup):
     path, model, tokenizer, root, ids, shapes = setup
     torch.manual_seed(0)
@@ -56,7 +81,7 @@ def test_greedy_tokens_match_hf(setup):
         for a in ids:
             vllm.load_adapter(a, root / a)
         got = vllm.generate(requests, params)
-        assert [c[0].token_ids for c in got] == expected
+        assert_same_greedy(hf, requests, [c[0].token_ids for c in got], expected)
         for c in got:
             assert len(c[0].logprobs) == len(c[0].token_ids) and all(lp <= 0 for lp in c[0].logprobs)
         # an adapter reloaded after an update is served with its new weights
@@ -70,4 +95,4 @@ def test_greedy_tokens_match_hf(setup):
         vllm.load_adapter(ids[0], root / "updated")
         hf.load_adapter(ids[0], root / "updated")
         again = vllm.generate(requests[:1], params)[0][0].token_ids
-        assert again == hf.generate(requests[:1], params)[0][0].token_ids
+        assert_same_greedy(hf, requests[:1], [again], [hf.generate(requests[:1], params)[0][0].token_ids])
