@@ -34,8 +34,9 @@ from populora_core.population.evolution.checks import (
     delta_norm_ratio,
     learning_speed,
     mean_effective_rank,
+    rebalanced,
 )
-from populora_core.population.lora import LoraAdapter, LoraFactors, factored_svd, svd_factors
+from populora_core.population.lora import LoraAdapter, LoraFactors
 
 SHAPE = {
     "hidden_size": 256,
@@ -92,10 +93,6 @@ def formula_error(name: str, a: LoraAdapter, b: LoraAdapter, child: LoraAdapter,
     return max(errors)
 
 
-def balanced(adapter: LoraAdapter) -> LoraAdapter:
-    return adapter.with_modules({n: LoraFactors(*svd_factors(*factored_svd(f.B, f.A))) for n, f in adapter})
-
-
 def main() -> None:
     a, b = trained(1), trained(2)
     gen = torch.Generator().manual_seed(9)
@@ -122,7 +119,7 @@ def main() -> None:
             twin, _ = apply_operator(name, [a for _ in parents], torch.Generator().manual_seed(0), IDENTITY[name])
             row["speed_vs_parent"] = round(learning_speed(twin, targets, steps=10, lr=1e-5) / parent_speed, 3)
             row["balanced_speed_vs_parent"] = round(
-                learning_speed(balanced(twin), targets, steps=10, lr=1e-5) / parent_speed, 3
+                learning_speed(rebalanced(twin), targets, steps=10, lr=1e-5) / parent_speed, 3
             )
         figures[name] = row
         log(

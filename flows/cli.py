@@ -193,6 +193,7 @@ def _generations_table(run) -> object:
     from rich.table import Table
 
     from populora_core.runs import generation_summaries
+    from populora_core.stages import updated_count
 
     table = Table(title=f"{run.run_id}: generations")
     for col in ("gen", "valid", "solved", "fmt err", "T reward", "updated", "cov/all", "repl", "sec", "resumed"):
@@ -205,7 +206,7 @@ def _generations_table(run) -> object:
             f"{s['solve_rate']:.0%}",
             f"{s['format_error_rate']:.0%}",
             f"{sum(rewards) / len(rewards):+.2f}" if rewards else "",
-            f"{sum(s['updated'].values())}/{len(s['updated'])}" if "updated" in s else "",
+            updated_count(s),
             f"{s['coverage']:.1%}/{s['cumulative_coverage']:.1%}",
             str(len(s["replaced"])),
             f"{s['seconds']:.0f}",

@@ -78,10 +78,10 @@ def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
 
 def _update_cell(summary: dict, adapter_id: str) -> str:
     """‖ΔW' − ΔW‖/‖ΔW‖ of the adapter's update, or why it was skipped."""
-    if adapter_id in summary["skipped"]:
-        return f"skipped: {summary['skipped'][adapter_id]}"
-    change = summary["delta_change"].get(adapter_id)
-    return "" if change is None else f"{change:.2%}"
+    update = summary["updates"].get(adapter_id)
+    if update is None:
+        return ""
+    return f"skipped: {update['skip_reason']}" if update["skip_reason"] else f"{update['delta_change']:.2%}"
 
 
 def one_line(generation: int, summary: dict) -> str:
@@ -91,7 +91,7 @@ def one_line(generation: int, summary: dict) -> str:
     return (
         f"gen {generation:>3} | valid {summary['valid_rate']:4.0%} | solved {summary['solve_rate']:4.0%} "
         f"(format err {summary['format_error_rate']:4.0%}) | teacher reward {mean_reward:+.2f} | "
-        f"updated {sum(summary['updated'].values())}/{len(summary['updated'])} | "
+        f"updated {stages.updated_count(summary)} | "
         f"coverage {summary['coverage']:.1%} (all {summary['cumulative_coverage']:.1%}) | "
         f"replaced {len(summary['replaced'])} | {summary['seconds']:.0f} s"
     )

@@ -307,9 +307,9 @@ class ModelConfig(_Frozen):
     directory, or a Hugging Face hub id already in the local cache."""
     dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
     """Weights of the base model; LoRA weights are always float32. `auto`: bfloat16 on a
-    GPU that has it and on CPUs with native bfloat16 (AVX512-BF16 / AMX), float32
-    otherwise: on an AVX2-only CPU a bfloat16 matmul was 7× (forward) to 90× (backward
-    shapes) slower than float32."""
+    GPU of compute capability ≥ 8.0 and on CPUs with AVX512-BF16 or AMX, float32
+    otherwise (``models.resolve_dtype``): on an AVX2-only CPU a bfloat16 matmul was 7×
+    (forward shape) to 90× (backward shape) slower than float32."""
     device: str = "cpu"
     """torch device of generation and training (`cpu`, `cuda`, `cuda:1`)."""
     threads: int = Field(0, ge=0)
@@ -426,12 +426,11 @@ class RunConfig(_Frozen):
     def _every_adapter_can_learn(self) -> RunConfig:
         proposals = self.play_budget.proposals_per_teacher * self.population.teachers
         if proposals < 2:
-            fields = "budget.proposals_per_teacher × population.teachers"
-            if self._total_matched:
-                fields = "budget.proposals_per_teacher × baseline.matched_teachers"
+            teachers = "baseline.matched_teachers" if self._total_matched else "population.teachers"
             raise ValueError(
-                f"{fields} = {proposals}: the teachers' baseline group has a single proposal, so its "
-                f"advantage is always 0 and no teacher can learn; raise {' or '.join(fields.split(' × '))}"
+                f"budget.proposals_per_teacher × {teachers} = {proposals}: the teachers' baseline group has a "
+                f"single proposal, so its advantage is always 0 and no teacher can learn; raise "
+                f"budget.proposals_per_teacher or {teachers}"
             )
         return self
 
@@ -468,8 +467,9 @@ PRESETS: dict[str, dict] = {
     },
     "paper-7b": {
         # The PopuLoRA paper's population (4 + 4, rank 32, α 64) on a GPU node with vLLM.
-        # Base model: the base Coder model, as Absolute Zero Reasoner starts from base
-        # (not Instruct) models. Learning rate and steps: AdamW moves every parameter by
+        # Base model: the base Coder model, as Absolute Zero Reasoner's Coder-7B run does
+        # (its scripts/selfplay/coder7b.sh: Qwen/Qwen2.5-Coder-7B, full fine-tuning at lr
+        # 1e-6). Learning rate and steps: AdamW moves every parameter by
         # about lr per step early on, and a gaussian_b member starts with B ~ N(0, 1e-3²),
         # so ΔW = (α/r)·B·A moves by ~lr·steps/1e-3 of itself per generation: at Absolute
         # Zero's full-fine-tuning rate (1e-6, one step) that is 0.1%, invisible; LoRA

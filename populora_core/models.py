@@ -242,7 +242,9 @@ def _convert(gguf: Path, out: Path, progress: bool) -> None:
 
 def resolve_dtype(dtype: str, device: str = "cpu") -> str:
     """``ModelConfig.dtype`` made concrete: `auto` is bfloat16 where the hardware computes
-    in it natively (a bf16-capable GPU, a CPU with AVX512-BF16 or AMX), else float32."""
+    in it natively (a GPU of compute capability ≥ 8.0, a CPU with AVX512-BF16 or AMX),
+    else float32. (oneDNN's own bf16 check accepts any AVX-512 CPU, where bf16 is
+    emulated.)"""
     if dtype != "auto":
         return dtype
     import torch
@@ -251,7 +253,8 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> str:
         # compute capability 8.0 (Ampere) and newer compute in bf16; older GPUs only emulate it
         native = torch.cuda.is_available() and torch.cuda.get_device_capability(torch.device(device)) >= (8, 0)
         return "bfloat16" if native else "float32"
-    return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return "bfloat16" if native else "float32"
 
 
 def load_model(path: Path, *, dtype: str = "auto", device: str = "cpu"):

@@ -118,7 +118,7 @@ class Runtime:
 
                 self._backend = HFBackend(
                     self.model_path,
-                    dtype=resolve_dtype(self.config.model.dtype, self.config.model.device),
+                    dtype=self.config.model.dtype,
                     device=self.config.model.device,
                     batch_size=inf.batch_size,
                 )

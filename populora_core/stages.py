@@ -33,6 +33,7 @@ from populora_core.population.adapters import (
     save_adapter,
     save_optimizer_state,
 )
+from populora_core.population.lora import delta_change
 from populora_core.population.rating import make_pairings, update_ratings
 from populora_core.population.replacement import evolve as evolve_population
 from populora_core.population.replacement import is_evolution_generation
@@ -41,6 +42,7 @@ from populora_core.problems import (
     SEED_PROBLEMS,
     STOP_STRINGS,
     Problem,
+    badly_formatted,
     check_answers,
     student_prompt,
     teacher_prompt,
@@ -396,7 +398,7 @@ def reward(
                 "task_type": p.task_type,
                 "problem_id": prob.problem_id,
                 "reward": teacher_reward(
-                    valid, r_rho, config.rewards, well_formatted=not str(prob.reason).startswith("format")
+                    valid, r_rho, config.rewards, well_formatted=not badly_formatted(str(prob.reason))
                 ),
                 "solve_rate": r_rho if r_rho is not None else float("nan"),
                 "prompt": p.proposal_id,
@@ -442,22 +444,6 @@ def skip_reason(batch: Sequence[Rollout], rewards: pd.Series) -> str:
     if rewards.nunique() <= 1:
         return f"every reward equal ({float(rewards.iloc[0]):g}) and at its baseline: advantages all 0"
     return "advantages all 0"
-
-
-def delta_change(before, after) -> float:
-    """‖ΔW_after − ΔW_before‖_F / ‖ΔW_before‖_F over an adapter's modules (α / r cancels).
-
-    ‖B'A' − BA‖² = ⟨G_B, G_A⟩ for the 2r × 2r Grams of [B' | −B] and [A'; A], so no
-    d_out × d_in matrix is formed."""
-    num = den = 0.0
-    for name, f in before:
-        g = after.modules[name]
-        B = torch.cat([g.B, -f.B], dim=1).double()
-        A = torch.cat([g.A, f.A], dim=0).double()
-        num += float(((B.T @ B) * (A @ A.T)).sum())
-        den += float(((f.B.T @ f.B).double() * (f.A @ f.A.T).double()).sum())
-    num = max(num, 0.0)
-    return (num / den) ** 0.5 if den > 0 else float("inf") if num > 0 else 0.0
 
 
 def update(
@@ -655,9 +641,10 @@ def generation_summary(
         "format_error_rate": float((verdicts["status"] == "format_error").mean()) if len(verdicts) else 0.0,
         "solve_rate_per_student": {k: float(v) for k, v in students.items()},
         "teacher_reward": {k: float(v) for k, v in teachers.items()},
-        "updated": {r.adapter_id: bool(r.updated) for r in train_metrics.itertuples(index=False)},
-        "delta_change": {r.adapter_id: float(r.delta_change) for r in train_metrics.itertuples(index=False)},
-        "skipped": {r.adapter_id: r.skip_reason for r in train_metrics.itertuples(index=False) if not r.updated},
+        "updates": {
+            r.adapter_id: {"delta_change": float(r.delta_change), "skip_reason": r.skip_reason}
+            for r in train_metrics.itertuples(index=False)
+        },
         "ratings": {
             r.adapter_id: {"mu": float(r.mu), "sigma": float(r.sigma), "conservative": float(r.conservative)}
             for r in ratings.itertuples(index=False)
@@ -670,6 +657,15 @@ def generation_summary(
             for k in METRIC_NAMES
         },
     }
+
+
+def updated_count(summary: dict) -> str:
+    """The adapters that took an update this generation, of all, as "n/m" ("" for a
+    summary written before train_metrics recorded skip reasons)."""
+    updates = summary.get("updates")
+    if updates is None:
+        return ""
+    return f"{sum(not u['skip_reason'] for u in updates.values())}/{len(updates)}"
 
 
 def served_adapters(population_dir: Path, members: Sequence[Member]) -> Mapping[str, Path]:

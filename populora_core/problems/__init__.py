@@ -17,7 +17,7 @@ from populora_core.problems.types import (
     ValidationResult,
     problem_id,
 )
-from populora_core.problems.validation import outputs_equal, validate_proposals
+from populora_core.problems.validation import badly_formatted, outputs_equal, validate_proposals
 
 __all__ = [
     "ASSISTANT_PREFILL",
@@ -31,6 +31,7 @@ __all__ = [
     "Proposal",
     "TaskType",
     "ValidationResult",
+    "badly_formatted",
     "check_answers",
     "extract_answer",
     "outputs_equal",

@@ -30,6 +30,15 @@ RUN_SALTS = (0, 977)
 """Two runs per input; the second shifts object addresses (see Job.salt), so
 output that depends on id() or default hashes shows up as non-determinism."""
 
+FORMAT_REASON = "format: "
+"""Prefix of the ``reason`` of a proposal whose completion did not parse."""
+
+
+def badly_formatted(reason: str) -> bool:
+    """Whether a validation ``reason`` says the completion did not parse (vs. a parsed
+    proposal that failed later: banned name, crash, non-determinism, a repeat)."""
+    return reason.startswith(FORMAT_REASON)
+
 
 def literal_value(text: str, max_chars: int = 100_000) -> tuple[bool, object]:
     """(True, value) when ``text`` is a Python literal, else (False, None).
@@ -100,7 +109,7 @@ def validate_proposals(
     plans: list[str | list[tuple[int, int]]] = []  # reason, or (first job index, runs) per input
     for task_type, proposal in parsed:
         if isinstance(proposal, FormatError):
-            plans.append(f"format: {proposal.reason}")
+            plans.append(f"{FORMAT_REASON}{proposal.reason}")
             continue
         reason = _static_reason(task_type, proposal, config)
         if reason:

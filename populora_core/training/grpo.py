@@ -30,8 +30,35 @@ What is dropped from GRPO: no reference model unless β > 0.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One ``GRPOConfig.advantage``: how students are grouped and how advantages are scaled."""
+
+    prompt_groups: bool
+    """Students: the G samples of one problem form the first candidate group (GRPO)."""
+    scale: Literal["group", "batch"]
+    """Divide r − mean_g by the group's std (GRPO) or by the std over the batch (REINFORCE++)."""
+
+
+ESTIMATORS: dict[str, Estimator] = {
+    "prompt_grpo": Estimator(prompt_groups=True, scale="group"),
+    "task_grpo": Estimator(prompt_groups=False, scale="group"),
+    "task_reinforce_pp": Estimator(prompt_groups=False, scale="batch"),
+}
+
+
+def get_estimator(kind: str) -> Estimator:
+    """The estimator registered as ``kind``; a miss lists the valid names."""
+    try:
+        return ESTIMATORS[kind]
+    except KeyError:
+        raise KeyError(f"unknown advantage estimator {kind!r}; valid: {sorted(ESTIMATORS)}") from None
 
 
 def advantage_groups(
@@ -39,13 +66,14 @@ def advantage_groups(
 ) -> tuple[list[tuple], dict[tuple, list[int]]]:
     """The baseline group of every sample (module docstring), and every group's members.
 
-    Candidates, narrowest first: the prompt group (``prompt_*`` estimators, students only;
-    ``prompts`` identifies a student's problem, e.g. (student, teacher, problem)), the task
-    group (role, task type), the role group. A sample takes the first candidate with two
-    members whose rewards differ: a one-member or flat group has no contrast of its own
-    (its advantages would all be 0), so its samples are compared with the wider group. A
-    sample falls through to a flat role group only when every reward of its role is equal."""
-    per_prompt = kind.startswith("prompt_")
+    Candidates, narrowest first: the prompt group (estimators with ``prompt_groups``,
+    students only; ``prompts`` identifies a student's problem, e.g. (student, teacher,
+    problem)), the task group (role, task type), the role group. A sample takes the first
+    candidate with two members whose rewards differ: a one-member or flat group has no
+    contrast of its own (its advantages would all be 0), so its samples are compared with
+    the wider group. A sample falls through to a flat role group only when every reward of
+    its role is equal."""
+    per_prompt = get_estimator(kind).prompt_groups
     candidates = [
         ([("prompt", role, prompt)] if per_prompt and role == "student" else [])
         + [("task", role, task), ("role", role)]
@@ -55,12 +83,8 @@ def advantage_groups(
     for i, keys in enumerate(candidates):
         for key in keys:
             members.setdefault(key, []).append(i)
-
-    contrast = {}
-    for key, idx in members.items():
-        values = [rewards[i] for i in idx]
-        contrast[key] = len(values) >= 2 and max(values) - min(values) > 1e-12
-    chosen = [next((k for k in keys if contrast[k]), keys[-1]) for keys in candidates]
+    spread = {key: max(rewards[i] for i in idx) - min(rewards[i] for i in idx) for key, idx in members.items()}
+    chosen = [next((k for k in keys if spread[k] > 1e-12), keys[-1]) for keys in candidates]
     return chosen, {k: members[k] for k in dict.fromkeys(chosen)}
 
 
@@ -82,39 +106,33 @@ def _group_stats(
     return mean, std
 
 
-def grpo_advantages(
+def normalised_advantages(
     rewards: torch.Tensor,
     groups: Sequence[Hashable],
     members: Mapping[Hashable, Sequence[int]] | None = None,
     batches: Sequence[Hashable] | None = None,
+    *,
+    scale: Literal["group", "batch"] = "group",
     eps: float = 1e-6,
 ) -> torch.Tensor:
-    """Â = (r − mean_g) / (std_g + ε) over each sample's group g. rewards: (N,);
-    ``batches`` unused."""
+    """Â = (r − mean_g) / (σ + ε), σ the std of the sample's group g (``scale="group"``,
+    GRPO) or of r − mean_g over its batch (``"batch"``, REINFORCE++-baseline; ``batches``,
+    e.g. the role, default one batch of everything). rewards: (N,)."""
     mean, std = _group_stats(rewards, groups, members)
-    return (rewards - mean) / (std + eps)
-
-
-def reinforce_pp_advantages(
-    rewards: torch.Tensor,
-    groups: Sequence[Hashable],
-    members: Mapping[Hashable, Sequence[int]] | None = None,
-    batches: Sequence[Hashable] | None = None,
-    eps: float = 1e-6,
-) -> torch.Tensor:
-    """Â = (r − mean_g) / (std of (r − mean_g) over the sample's batch + ε). rewards: (N,);
-    ``batches`` (e.g. the role) defaults to one batch of everything."""
-    mean, _ = _group_stats(rewards, groups, members)
     centred = rewards - mean
-    _, scale = _group_stats(centred, batches if batches is not None else [0] * len(rewards))
-    return centred / (scale + eps)
+    if scale == "batch":
+        _, std = _group_stats(centred, batches if batches is not None else [0] * len(rewards))
+    return centred / (std + eps)
 
 
-ADVANTAGES = {
-    "prompt_grpo": grpo_advantages,
-    "task_grpo": grpo_advantages,
-    "task_reinforce_pp": reinforce_pp_advantages,
-}
+def grpo_advantages(rewards: torch.Tensor, groups: Sequence[Hashable]) -> torch.Tensor:
+    """GRPO: Â = (r − mean_g) / (std_g + ε) within each group."""
+    return normalised_advantages(rewards, groups, scale="group")
+
+
+def reinforce_pp_advantages(rewards: torch.Tensor, groups: Sequence[Hashable]) -> torch.Tensor:
+    """REINFORCE++-baseline: Â = (r − mean_g) / (std over the batch of r − mean_g + ε)."""
+    return normalised_advantages(rewards, groups, scale="batch")
 
 
 def compute_advantages(
@@ -125,11 +143,7 @@ def compute_advantages(
     batches: Sequence[Hashable] | None = None,
 ) -> torch.Tensor:
     """Advantages by the estimator ``kind`` (``GRPOConfig.advantage``); a miss lists the valid names."""
-    try:
-        estimator = ADVANTAGES[kind]
-    except KeyError:
-        raise KeyError(f"unknown advantage estimator {kind!r}; valid: {sorted(ADVANTAGES)}") from None
-    return estimator(rewards, groups, members, batches)
+    return normalised_advantages(rewards, groups, members, batches, scale=get_estimator(kind).scale)
 
 
 def policy_loss(

@@ -59,8 +59,9 @@ def test_auto_dtype_is_bfloat16_only_where_the_hardware_computes_in_it(monkeypat
     from populora_core.models import resolve_dtype
 
     assert resolve_dtype("float16") == "float16" and resolve_dtype("bfloat16", "cpu") == "bfloat16"
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     for native, expected in ((True, "bfloat16"), (False, "float32")):
-        monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda native=native: native)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda native=native: native)
         assert resolve_dtype("auto", "cpu") == expected
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for capability, expected in (((8, 0), "bfloat16"), ((7, 5), "float32")):  # A100 / T4 (emulated bf16)

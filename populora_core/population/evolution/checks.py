@@ -15,7 +15,24 @@ from __future__ import annotations
 
 import torch
 
-from populora_core.population.lora import LoraAdapter, LoraFactors, effective_rank, factored_svd
+from populora_core.population.lora import LoraAdapter, LoraFactors, factored_svd, svd_factors
+
+
+def effective_rank(S: torch.Tensor) -> float:
+    """Roy & Vetterli's effective rank exp(H(p)), p = S / ΣS: r for r equal singular
+    values, 1 when one component dominates, 0 for ΔW = 0."""
+    total = S.clamp_min(0).sum()
+    if total <= 0:
+        return 0.0
+    p = S.clamp_min(0) / total
+    p = p[p > 0]
+    return float(torch.exp(-(p * p.log()).sum()))
+
+
+def rebalanced(adapter: LoraAdapter) -> LoraAdapter:
+    """The same ΔW written back with balanced factors (√S each): the write-back the
+    operators used before ``lora.factor_scale``, kept to measure against."""
+    return adapter.with_modules({n: LoraFactors(*svd_factors(*factored_svd(f.B, f.A))) for n, f in adapter})
 
 
 def singular_values(f: LoraFactors) -> torch.Tensor:
@@ -32,7 +49,7 @@ def delta_norm_ratio(parent: LoraAdapter, child: LoraAdapter) -> float:
 
 
 def mean_effective_rank(adapter: LoraAdapter) -> float:
-    """``lora.effective_rank`` of ΔW, averaged over modules."""
+    """``effective_rank`` of ΔW, averaged over modules."""
     return sum(effective_rank(singular_values(f)) for _, f in adapter) / len(adapter.modules)
 
 

@@ -120,8 +120,8 @@ def component_mask(parent: LoraAdapter, gen: torch.Generator, *, fraction: float
     """M3, on ΔW. With ΔW = U S Vᵀ, zero a random ⌈fraction·r⌉ of the r singular
     components: ΔW' = U (S ⊙ m) Vᵀ, m ∈ {0, 1}^r (the same indices in every module).
     A masked component keeps B's column at zero (so ΔW is masked) and gets a fresh
-    A row ~ N(0, I) scaled to the parent's row norm a, as at initialisation: its
-    gradient ∂L/∂B_i = G A_iᵀ is non-zero, so it learns again."""
+    A row: a Gaussian direction with the parent's row norm a. Its gradient
+    ∂L/∂B_i = G A_iᵀ is non-zero, so it learns again."""
     r = parent.rank
     n_mask = max(1, round(fraction * r))
     masked = torch.randperm(r, generator=gen)[:n_mask]
