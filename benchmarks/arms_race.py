@@ -29,9 +29,8 @@ from flows.generation import generation_flow
 from flows.train import subflows_without_heartbeat
 from populora_core.analysis.data import headline, load_run
 from populora_core.analysis.report import write_report
-from populora_core.artifacts import RunDir
 from populora_core.config import load_config
-from populora_core.runs import create_run
+from populora_core.runs import RunDir, create_run
 
 
 def main() -> None:

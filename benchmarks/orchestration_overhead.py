@@ -3,8 +3,8 @@
 - flow: ``flows.generation.generation_flow`` as the train flow runs it (a subflow,
   ``flows.train.continue_run``) — ten Prefect tasks, every artifact written and
   read back as Parquet, the UI table published, ``_SUCCESS`` written;
-- direct: the same ``populora_core.stages`` functions called in one process, frames
-  handed over in memory, no Prefect, no Parquet.
+- direct: the same stage-table functions called in one process, frames handed
+  over in memory, no Prefect, no Parquet.
 
 Both run the same generation 0 of fresh runs with the same config and seed (so the
 same samples, the same programs, the same updates), alternating, ``--repeats``
@@ -35,45 +35,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pandas as pd
 
-from populora_core import stages
-from populora_core.artifacts import RunDir, read_artifact
+from populora_core.artifacts import read_artifact
 from populora_core.config import load_config
-from populora_core.population.adapters import POPULATION_TABLE, members_from_frame
-from populora_core.runs import create_run, load_or_make_centroids
+from populora_core.runs import RunDir, create_run
 from populora_core.runtime import get_runtime
+from populora_core.stages import runner, table
 
 
-def direct_generation(run: RunDir, runtime, config, out_dir: Path) -> dict[str, pd.DataFrame]:
-    """Generation 0 of ``run`` with the core functions only; returns the frames."""
-    g = 0
-    members = members_from_frame(pd.read_parquet(run.members_dir(g) / POPULATION_TABLE))
-    runtime.serve(stages.served_adapters(run.members_dir(g), members))
-    buffers = stages.seed_buffers([m.adapter_id for m in members if m.plays("teacher")])
-    f: dict[str, pd.DataFrame] = {}
-    f["pairings"] = stages.pair(members, config, g)
-    f["proposals"] = stages.propose(members, buffers, runtime.backend, config, g)
-    centroids = load_or_make_centroids(run, config)
-    f["problems"] = stages.validate(f["proposals"], buffers, runtime.pool, config, g, centroids)
-    f["rollouts"] = stages.solve(f["problems"], f["pairings"], runtime.backend, config, g)
-    f["verdicts"] = stages.verify(f["rollouts"], f["problems"], runtime.pool, config)
-    f["rewards"] = stages.reward(f["proposals"], f["problems"], f["rollouts"], f["verdicts"], config)
-    f["train_metrics"] = stages.update(
-        members,
-        run.members_dir(g),
-        f["rewards"],
-        f["proposals"],
-        f["rollouts"],
-        runtime.trainer,
-        config,
-        out_dir,
-        generation=g,
-    )
-    f["ratings"], f["matches"] = stages.rate(members, f["verdicts"], config)
-    next_members, _, f["lineage"] = stages.evolve(members, out_dir, f["ratings"], config, g)
-    f["buffers"] = stages.next_buffers(buffers, f["problems"], f["lineage"], next_members, config, g)
-    no_cells = pd.DataFrame(columns=["teacher_id", "cvt_cell"])
-    f["coverage"] = stages.summarize(f["problems"], f["verdicts"], no_cells, config.coverage.cells)
-    return f
+def direct_generation(run: RunDir, runtime, config) -> dict[str, pd.DataFrame]:
+    """Generation 0 of ``run``: the stage table's functions called in order, frames handed
+    over in memory (adapters still go to the run's directories); returns the frames."""
+    runtime.serve({m.adapter_id: run.members_dir(0) / m.adapter_id for m in run.members(0)})
+    frames: dict[str, pd.DataFrame] = {}
+    for stage in table.TABLE:
+        kwargs = {i: runner.INPUTS[i](run, 0) if i in runner.INPUTS else frames[i] for i in stage.inputs}
+        kwargs |= {n: getattr(runtime, n) for n in stage.needs}
+        out = stage.fn(**kwargs, config=config, generation=0)
+        frames |= dict(zip(stage.outputs, (out,) if len(stage.outputs) == 1 else out, strict=True))
+    return frames
 
 
 def same_results(direct: dict[str, pd.DataFrame], run: RunDir) -> bool:
@@ -127,13 +106,13 @@ def main() -> None:
         for i in range(args.repeats):
             time.sleep(args.pause)  # let Prefect's server finish the previous run's events
             run = create_run(root, config, run_id=f"direct-{i}", preset=args.preset)
-            load_or_make_centroids(run, config)  # a per-run cost, paid before timing on both sides
+            run.centroids()  # a per-run cost, paid before timing on both sides
             t0 = time.perf_counter()
-            frames = direct_generation(run, runtime, config, root / f"direct-{i}-updated")
+            frames = direct_generation(run, runtime, config)
             direct_s.append(time.perf_counter() - t0)
 
             run = create_run(root, config, run_id=f"flow-{i}", preset=args.preset)
-            load_or_make_centroids(run, config)
+            run.centroids()
             t0 = time.perf_counter()
             generation_flow(str(run.root), 0)
             flow_s.append(time.perf_counter() - t0)

@@ -13,13 +13,13 @@ from prefect import flow
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
 from flows.generation import generation_flow
-from populora_core.config import load_config
-from populora_core.runs import create_run, default_runs_dir, open_run, run_config
+from populora_core.config import DEFAULT_PRESET, load_config
+from populora_core.runs import create_run, default_runs_dir, open_run
 
 
 @flow(name="populora-train")
 def train_flow(
-    preset: str | None = "cpu-tiny",
+    preset: str | None = DEFAULT_PRESET,
     config_path: str | None = None,
     overrides: list[str] | None = None,
     run_id: str | None = None,
@@ -28,7 +28,7 @@ def train_flow(
 ) -> dict:
     """Creates run ``run_id`` (or continues it if it exists) and runs it to ``generations``.
 
-    preset: a named configuration (cpu-tiny, cpu-small, paper-7b); config_path: a YAML
+    preset: a named configuration (cpu-tiny, cpu-small (default), paper-7b, …); config_path: a YAML
     file applied on top; overrides: `key=value` settings applied last; generations:
     total generations of the run (default: the config's).
     """
@@ -56,7 +56,7 @@ def subflows_without_heartbeat():
 def continue_run(run_dir: str, generations: int | None = None) -> dict:
     """Generation subflows from the first incomplete one up to ``generations`` in all."""
     run = open_run(run_dir)
-    target = generations or run_config(run).generations
+    target = generations or run.config().generations
     summaries = {}
     with subflows_without_heartbeat():
         for g in range(run.next_generation(), target):

@@ -1,19 +1,11 @@
-"""The Parquet artifact store of a run: layout, schemas, atomic writes, completeness.
+"""Artifacts: their schemas, atomic writes of files and directories, completeness markers.
 
-A run directory describes itself::
-
-    runs/<run_id>/
-      run.json                  run id, creation time, resolved model path, source preset
-      config.yaml               the resolved RunConfig (every field)
-      population/gen_NNNN/      adapters in PEFT format + population.parquet, per generation
-      gen_NNNN/<artifact>.parquet
-      gen_NNNN/updated/<id>/    adapters after this generation's update, before evolution
-      gen_NNNN/_SUCCESS         written last: a generation without it is resumable
-
-Every Parquet artifact has a pyarrow schema (``SCHEMAS``) and carries ``run_id``,
-``generation`` and ``schema_version`` columns, so files stay meaningful when copied
-out of their directory. Files are written to a temp name and renamed: a reader (or a
-resumed run) sees a whole file or none. Plain pandas, pyarrow or duckdb read them.
+Where each artifact lives in a run directory is ``populora_core.runs``' business;
+this module only knows files and directories. Every Parquet artifact has a pyarrow
+schema (``SCHEMAS``) and carries ``run_id``, ``generation`` and ``schema_version``
+columns, so files stay meaningful when copied out of their directory. Files are
+written to a temp name and renamed: a reader (or a resumed run) sees a whole file
+or none. Plain pandas, pyarrow or duckdb read them.
 """
 
 from __future__ import annotations
@@ -22,7 +14,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -201,7 +193,8 @@ def full_schema(name: str) -> pa.Schema:
     return pa.schema([*_META, *payload])
 
 
-def _atomic(path: Path, write) -> Path:
+def write_file_atomic(path: Path, write: Callable[[Path], object]) -> Path:
+    """Calls ``write(tmp)`` on a temp name beside ``path``, then renames it to ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}{TMP_MARK}{uuid.uuid4().hex[:8]}")
@@ -215,11 +208,30 @@ def _atomic(path: Path, write) -> Path:
 
 def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> Path:
     """Writes ``frame`` to ``path`` so that a reader sees either nothing or the whole file."""
-    return _atomic(path, lambda tmp: frame.to_parquet(tmp, index=False))
+    return write_file_atomic(path, lambda tmp: frame.to_parquet(tmp, index=False))
 
 
 def write_text_atomic(text: str, path: Path) -> Path:
-    return _atomic(path, lambda tmp: Path(tmp).write_text(text))
+    return write_file_atomic(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def write_dir_atomic(final: Path, fill: Callable[[Path], None], *, replace: bool = False) -> Path:
+    """Builds a directory with ``fill(tmp)`` under a temp name beside ``final``, then renames
+    it into place: a reader (or a resumed run) sees the whole directory or none. An existing
+    ``final`` is refused, or with ``replace`` removed first."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}{TMP_MARK}{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    try:
+        fill(tmp)
+        if final.exists() and replace:
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
 
 
 def to_table(frame: pd.DataFrame, name: str, *, run_id: str, generation: int) -> pa.Table:
@@ -240,7 +252,7 @@ def to_table(frame: pd.DataFrame, name: str, *, run_id: str, generation: int) ->
 def write_artifact(frame: pd.DataFrame, directory: Path, name: str, *, run_id: str, generation: int) -> Path:
     """Validates ``frame`` against ``name``'s schema and writes ``directory/name.parquet`` atomically."""
     table = to_table(frame, name, run_id=run_id, generation=generation)
-    return _atomic(Path(directory) / f"{name}.parquet", lambda tmp: pq.write_table(table, tmp))
+    return write_file_atomic(Path(directory) / f"{name}.parquet", lambda tmp: pq.write_table(table, tmp))
 
 
 def artifact_path(directory: Path, name: str) -> Path:
@@ -298,67 +310,10 @@ def remove_partials(root: Path) -> list[Path]:
     return found
 
 
-# layout ------------------------------------------------------------------------------
-class RunDir:
-    """Paths of one run directory."""
-
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
-
-    @property
-    def run_id(self) -> str:
-        return self.root.name
-
-    @property
-    def config_file(self) -> Path:
-        return self.root / CONFIG_FILE
-
-    @property
-    def run_file(self) -> Path:
-        return self.root / RUN_FILE
-
-    @property
-    def centroids_file(self) -> Path:
-        return self.root / "cvt_centroids.parquet"
-
-    @property
-    def population(self) -> Path:
-        return self.root / "population"
-
-    def gen(self, generation: int) -> Path:
-        return self.root / f"gen_{generation:04d}"
-
-    def members_dir(self, generation: int) -> Path:
-        """The population snapshot a generation starts from."""
-        return self.population / f"gen_{generation:04d}"
-
-    def updated(self, generation: int) -> Path:
-        return self.gen(generation) / "updated"
-
-    def generations(self) -> list[int]:
-        """Generations with a directory, complete or not, in order."""
-        found = []
-        for p in self.root.glob("gen_[0-9][0-9][0-9][0-9]"):
-            found.append(int(p.name[4:]))
-        return sorted(found)
-
-    def complete_generations(self) -> list[int]:
-        return [g for g in self.generations() if is_complete(self.gen(g))]
-
-    def next_generation(self) -> int:
-        """The first generation that is not complete (where a resume starts)."""
-        done = set(self.complete_generations())
-        g = 0
-        while g in done:
-            g += 1
-        return g
-
-    def info(self) -> dict:
-        return json.loads(self.run_file.read_text())
-
-    def exists(self) -> bool:
-        return self.run_file.is_file() and self.config_file.is_file()
-
-
 def artifacts_in(directory: Path) -> Iterable[Path]:
     return sorted(Path(directory).glob("*.parquet"))
+
+
+def columns(name: str) -> list[str]:
+    """The payload columns of artifact ``name``, in schema order."""
+    return list(SCHEMAS[name].names)

@@ -31,7 +31,6 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 EMBEDDED_PREFIX = "embedded:"
-DEFAULT_MODEL = "embedded:qwen2.5-coder-0.5b-instruct"
 MARKER = "populora-model.json"
 
 

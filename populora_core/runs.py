@@ -1,32 +1,193 @@
-"""Creating, opening and listing run directories.
+"""The run directory: its layout, and creating, opening and listing runs.
+
+This module is the one owner of a run's layout::
+
+    runs/<run_id>/
+      run.json                  run id, creation time, resolved model path, source preset
+      config.yaml               the resolved RunConfig (every field)
+      cvt_centroids.parquet     the CVT archive coverage is measured on (made once)
+      population/gen_NNNN/      snapshot: adapters in PEFT format + population.parquet
+      gen_NNNN/<artifact>.parquet
+      gen_NNNN/updated/<id>/    adapters after this generation's update, before evolution
+      gen_NNNN/_SUCCESS         written last: a generation without it is resumable
+      eval/gen_NNNN/            held-out evaluation of a snapshot
 
 A run is created whole or not at all: the configuration is validated, the base
 model resolved and the sandbox backend checked *before* anything is written, and
-the directory (config, run.json, generation-0 population) is assembled under a
-temp name and renamed into place. A broken config, a missing model or an
-unavailable sandbox therefore leaves no half-written run behind.
+the directory is assembled under a temp name and renamed into place
+(``artifacts.write_dir_atomic``, as replay and snapshots are). A broken config, a
+missing model or an unavailable sandbox therefore leaves no half-written run.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
-import shutil
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from populora_core.artifacts import TMP_MARK, RunDir, read_success
+from populora_core.artifacts import (
+    CONFIG_FILE,
+    RUN_FILE,
+    is_complete,
+    read_artifact,
+    read_success,
+    remove_partials,
+    write_artifact,
+    write_dir_atomic,
+    write_parquet_atomic,
+)
 from populora_core.config import ConfigError, RunConfig, config_to_yaml, load_config
-from populora_core.population.adapters import create_population, lora_shapes, save_population
+from populora_core.population.adapters import (
+    POPULATION_TABLE,
+    Member,
+    create_population,
+    lora_shapes,
+    members_from_frame,
+    save_population,
+)
+from populora_core.population.lora import LoraAdapter
 
 RUNS_DIR_ENV = "POPULORA_RUNS"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class RunDir:
+    """One run directory: its paths, its config, and reading and writing its artifacts."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    @property
+    def run_id(self) -> str:
+        return self.root.name
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def run_file(self) -> Path:
+        return self.root / RUN_FILE
+
+    @property
+    def centroids_file(self) -> Path:
+        return self.root / "cvt_centroids.parquet"
+
+    @property
+    def population(self) -> Path:
+        return self.root / "population"
+
+    def gen(self, generation: int) -> Path:
+        return self.root / f"gen_{generation:04d}"
+
+    def members_dir(self, generation: int) -> Path:
+        """The population snapshot a generation starts from."""
+        return self.population / f"gen_{generation:04d}"
+
+    def updated(self, generation: int) -> Path:
+        """Adapters after the generation's update, before evolution."""
+        return self.gen(generation) / "updated"
+
+    def eval_dir(self, generation: int) -> Path:
+        """Held-out evaluation of the snapshot ``generation``."""
+        return self.root / "eval" / f"gen_{generation:04d}"
+
+    def generations(self) -> list[int]:
+        """Generations with a directory, complete or not, in order."""
+        return sorted(int(p.name[4:]) for p in self.root.glob("gen_[0-9][0-9][0-9][0-9]"))
+
+    def is_complete(self, generation: int) -> bool:
+        return is_complete(self.gen(generation))
+
+    def success(self, generation: int) -> dict:
+        """The summary a complete generation's ``_SUCCESS`` holds."""
+        return read_success(self.gen(generation))
+
+    def complete_generations(self) -> list[int]:
+        return [g for g in self.generations() if self.is_complete(g)]
+
+    def remove_partials(self, generation: int) -> list[Path]:
+        """Temp files left in ``generation`` and in the snapshots by a killed process."""
+        return [*remove_partials(self.gen(generation)), *remove_partials(self.population)]
+
+    def next_generation(self) -> int:
+        """The first generation that is not complete (where a resume starts)."""
+        done = set(self.complete_generations())
+        g = 0
+        while g in done:
+            g += 1
+        return g
+
+    def info(self) -> dict:
+        return json.loads(self.run_file.read_text())
+
+    def exists(self) -> bool:
+        return self.run_file.is_file() and self.config_file.is_file()
+
+    @property
+    def model_path(self) -> Path:
+        """The resolved base model the run was created with."""
+        return Path(self.info()["model_path"])
+
+    def config(self) -> RunConfig:
+        """The run's configuration (parsed once per process while config.yaml is unchanged)."""
+        return _parse_config(str(self.config_file), self.config_file.stat().st_mtime_ns)
+
+    # artifacts and snapshots -------------------------------------------------------
+    def read(self, generation: int, name: str) -> pd.DataFrame:
+        return read_artifact(self.gen(generation), name)
+
+    def write(self, generation: int, name: str, frame: pd.DataFrame) -> Path:
+        """Writes artifact ``name`` of ``generation`` atomically, stamped with the run id."""
+        return write_artifact(frame, self.gen(generation), name, run_id=self.run_id, generation=generation)
+
+    def members(self, generation: int) -> list[Member]:
+        """The members of snapshot ``generation``."""
+        return members_from_frame(pd.read_parquet(self.members_dir(generation) / POPULATION_TABLE))
+
+    def save_snapshot(
+        self,
+        generation: int,
+        members: Sequence[Member],
+        adapters: Mapping[str, LoraAdapter],
+        *,
+        carry_optimizer_from: Path | None = None,
+    ) -> Path:
+        return save_population(
+            self.members_dir(generation),
+            generation,
+            members,
+            adapters,
+            base_model=str(self.model_path),
+            carry_optimizer_from=carry_optimizer_from,
+        )
+
+    def centroids(self) -> np.ndarray:
+        """The run's CVT centroids (``cvt_centroids.parquet``), computed once from the run seed."""
+        from populora_core.metrics.coverage import DESCRIPTOR_NAMES, cvt_centroids
+
+        if not self.centroids_file.is_file():
+            config = self.config()
+            centroids = cvt_centroids(config.coverage.cells, config.seed, config.coverage.samples)
+            write_parquet_atomic(pd.DataFrame(centroids, columns=list(DESCRIPTOR_NAMES)), self.centroids_file)
+        return pd.read_parquet(self.centroids_file).to_numpy(dtype=np.float64)
+
+    def summaries(self) -> list[dict]:
+        """The ``_SUCCESS`` summary of every complete generation, in order."""
+        return [self.success(g) | {"generation": g} for g in self.complete_generations()]
+
+
+@functools.lru_cache(maxsize=32)
+def _parse_config(config_file: str, mtime_ns: int) -> RunConfig:
+    return load_config(config_file)
 
 
 def default_runs_dir() -> Path:
@@ -44,18 +205,29 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-def resolve_run_model(config: RunConfig, *, allow_download: bool | None = None) -> Path:
-    """The base model's local directory (ModelUnavailable says how to get it)."""
-    from populora_core.models import resolve_model
-
-    return resolve_model(config.model.name, allow_download=allow_download)
-
-
 def check_sandbox(config: RunConfig) -> None:
     """Raises SandboxUnavailable (with what to do) if the configured backend cannot run."""
     from populora_core.sandbox import get_backend
 
     get_backend(config.sandbox).check()
+
+
+def build_run(final: Path, config: RunConfig, info: dict, fill=None) -> RunDir:
+    """Run directory ``final`` (config.yaml, run.json, then ``fill(RunDir)``), built under a
+    temp name and renamed into place: whole or not at all."""
+    final = Path(final)
+    if final.exists():
+        raise ConfigError(f"{final} already exists; `populora resume {final}` continues it, or choose another name")
+
+    def write(tmp: Path) -> None:
+        run = RunDir(tmp)
+        run.config_file.write_text(config_to_yaml(config))
+        run.run_file.write_text(json.dumps({"run_id": final.name, **info}, indent=2))
+        if fill is not None:
+            fill(run)
+
+    write_dir_atomic(final, write)
+    return RunDir(final)
 
 
 def create_run(
@@ -67,35 +239,18 @@ def create_run(
     allow_download: bool | None = None,
 ) -> RunDir:
     """A new run directory with generation 0's population; nothing is written on failure."""
+    from populora_core.models import resolve_model
+
     run_id = check_run_id(run_id or new_run_id(preset))
     final = Path(runs_dir) / run_id
     if final.exists():
         raise ConfigError(f"run {final} already exists; `populora resume {final}` continues it")
-    model_path = resolve_run_model(config, allow_download=allow_download)
+    model_path = resolve_model(config.model.name, allow_download=allow_download)
     check_sandbox(config)
-    model_config = json.loads((model_path / "config.json").read_text())
-    shapes = lora_shapes(model_config, config.population.target_modules)
+    shapes = lora_shapes(json.loads((model_path / "config.json").read_text()), config.population.target_modules)
     members, adapters = create_population(config.population, config.rating, shapes, config.seed)
-
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{run_id}{TMP_MARK}{uuid.uuid4().hex[:8]}")
-    tmp.mkdir()
-    try:
-        run = RunDir(tmp)
-        run.config_file.write_text(config_to_yaml(config))
-        info = {
-            "run_id": run_id,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "model_path": str(model_path),
-            "preset": preset,
-        }
-        run.run_file.write_text(json.dumps(info, indent=2))
-        save_population(run.population, 0, members, adapters, base_model=str(model_path))
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return RunDir(final)
+    info = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model_path": str(model_path), "preset": preset}
+    return build_run(final, config, info, lambda run: run.save_snapshot(0, members, adapters))
 
 
 def open_run(path: str | Path, runs_dir: Path | None = None) -> RunDir:
@@ -107,60 +262,6 @@ def open_run(path: str | Path, runs_dir: Path | None = None) -> RunDir:
         if RunDir(p).exists():
             return RunDir(p)
     raise ConfigError(f"no run at {path} (a run directory holds run.json and config.yaml; `populora runs` lists them)")
-
-
-def run_config(run: RunDir) -> RunConfig:
-    return load_config(run.config_file)
-
-
-@dataclass(frozen=True)
-class RunStatus:
-    run_id: str
-    path: Path
-    preset: str | None
-    model: str
-    target_generations: int
-    complete: list[int]
-    next_generation: int
-    next_stages_done: list[str]
-
-
-def run_status(run: RunDir) -> RunStatus:
-    from populora_core.artifacts import artifact_path
-    from populora_core.stages import STAGE_OUTPUTS
-
-    config = run_config(run)
-    info = run.info()
-    nxt = run.next_generation()
-    gen = run.gen(nxt)
-    done = [s for s, outs in STAGE_OUTPUTS.items() if artifact_path(gen, outs[-1]).is_file()]
-    return RunStatus(
-        run_id=info["run_id"],
-        path=run.root,
-        preset=info.get("preset"),
-        model=config.model.name,
-        target_generations=config.generations,
-        complete=run.complete_generations(),
-        next_generation=nxt,
-        next_stages_done=done,
-    )
-
-
-def load_or_make_centroids(run: RunDir, config: RunConfig) -> np.ndarray:
-    """The run's CVT centroids (``cvt_centroids.parquet``), computed once from the run seed."""
-    from populora_core.artifacts import write_parquet_atomic
-    from populora_core.metrics.coverage import DESCRIPTOR_NAMES, cvt_centroids
-
-    path = run.centroids_file
-    if not path.is_file():
-        centroids = cvt_centroids(config.coverage.cells, config.seed, config.coverage.samples)
-        write_parquet_atomic(pd.DataFrame(centroids, columns=list(DESCRIPTOR_NAMES)), path)
-    return pd.read_parquet(path).to_numpy(dtype=np.float64)
-
-
-def generation_summaries(run: RunDir) -> list[dict]:
-    """The ``_SUCCESS`` summary of every complete generation, in order."""
-    return [read_success(run.gen(g)) | {"generation": g} for g in run.complete_generations()]
 
 
 def list_runs(runs_dir: Path) -> list[RunDir]:

@@ -15,3 +15,40 @@ def test_populora_core_does_not_import_prefect():
         "assert 'prefect' not in sys.modules, 'populora_core imported prefect'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+def test_modules_and_functions_stay_small():
+    """No module of the library, the tasks or the flows over 400 lines, no function over 60."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    too_long = []
+    for package in ("populora_core", "tasks", "flows"):
+        for path in sorted((root / package).rglob("*.py")):
+            source = path.read_text()
+            if len(source.splitlines()) > 400:
+                too_long.append(f"{path.relative_to(root)}: {len(source.splitlines())} lines")
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    length = node.end_lineno - node.lineno + 1
+                    if length > 60:
+                        too_long.append(f"{path.relative_to(root)}:{node.lineno} {node.name}(): {length} lines")
+    assert not too_long, "\n".join(too_long)
+
+
+def test_flows_import_only_tasks_the_run_module_and_config():
+    """Flows orchestrate: what they compute lives in the core, reached through tasks."""
+    import ast
+    from pathlib import Path
+
+    allowed = ("tasks", "flows", "populora_core.runs", "populora_core.config", "prefect")
+    root = Path(__file__).resolve().parents[1] / "flows"
+    for path in sorted(root.glob("*.py")):
+        if path.name in ("cli.py", "commands.py"):  # the command line, not a flow
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                top = node.module
+                stdlib = top.split(".")[0] in ("__future__", "pathlib", "time", "collections", "typing")
+                assert stdlib or top.startswith(allowed), f"{path.name} imports {top}"

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from populora_core.artifacts import ArtifactError, RunDir, read_artifact, read_success
+from populora_core.artifacts import ArtifactError
 from populora_core.population.adapters import POPULATION_TABLE
+from populora_core.runs import RunDir
 
 GATHERED = ("problems", "verdicts", "rewards", "ratings", "lineage", "coverage", "proposals")
 
@@ -44,10 +45,10 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
     done = run.complete_generations()
     if not done:
         raise ArtifactError(f"run {path} has no complete generation yet")
-    summaries = pd.DataFrame([read_success(run.gen(g)) | {"generation": g} for g in done])
+    summaries = pd.DataFrame(run.summaries())
     frames = {}
     for name in GATHERED:
-        parts = [read_artifact(run.gen(g), name) for g in done]
+        parts = [run.read(g, name) for g in done]
         frames[name] = pd.concat(parts, ignore_index=True)
     for key in ("coverage", "cumulative_coverage"):  # runs from before coverage existed: NaN
         if key not in summaries:

@@ -122,15 +122,8 @@ class HFBackend:
 
     @torch.no_grad()
     def _generate_batch(self, rows, requests, prompts, params: SamplingParams) -> list[Completion]:
-        model = self.base
-        dtype = next(model.parameters()).dtype
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        width = max(len(prompts[i]) for i, _ in rows)
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for b, (i, _) in enumerate(rows):  # left padding
-            ids[b, width - len(prompts[i]) :] = torch.tensor(prompts[i])
-            mask[b, width - len(prompts[i]) :] = 1
+        dtype = next(self.base.parameters()).dtype
+        ids, mask = self._left_padded([prompts[i] for i, _ in rows])
         gens = [torch.Generator().manual_seed((requests[i].seed * 1_000_003 + j) % 2**63) for i, j in rows]
         names = [requests[i].adapter for i, _ in rows]
         tokens: list[list[int]] = [[] for _ in rows]
@@ -143,17 +136,7 @@ class HFBackend:
         route = self.lora.route if self.lora is not None else (lambda names, dtype: None)
         route(names, dtype)
         for _ in range(params.max_new_tokens):
-            logits = (
-                model(
-                    input_ids=step_ids.to(self.device),
-                    attention_mask=mask.to(self.device),
-                    position_ids=positions[:, -step_ids.shape[1] :].to(self.device),
-                    cache=cache,
-                    use_cache=True,
-                )
-                .logits[:, -1, :]
-                .float()
-            )
+            logits = self._next_logits(step_ids, mask, positions, cache)  # (B, V) float32
             logprobs = torch.log_softmax(logits, -1)
             keep, next_ids = [], []
             for slot, row in enumerate(alive):
@@ -188,6 +171,28 @@ class HFBackend:
             )
             for b, (i, _) in enumerate(rows)
         ]
+
+    def _left_padded(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(token ids, attention mask), both (B, longest prompt), prompts padded on the left."""
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for b, prompt in enumerate(prompts):
+            ids[b, width - len(prompt) :] = torch.tensor(prompt)
+            mask[b, width - len(prompt) :] = 1
+        return ids, mask
+
+    def _next_logits(self, step_ids, mask, positions, cache) -> torch.Tensor:
+        """Logits of the next token of every row, after feeding ``step_ids`` into ``cache``."""
+        out = self.base(
+            input_ids=step_ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=positions[:, -step_ids.shape[1] :].to(self.device),
+            cache=cache,
+            use_cache=True,
+        )
+        return out.logits[:, -1, :].float()
 
     def _finished(self, tokens: list[int], token: int, params: SamplingParams) -> str | None:
         if token in self.eos_ids and not params.ignore_eos:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from populora_core.config import DEFAULT_TARGET_MODULES
 from populora_core.population.lora import LoraAdapter
 
 
@@ -57,9 +58,7 @@ class MultiLora:
         self.width = 0  # r of a slot
         self.capacity = 0
         self.model = model
-        self.targets = set(
-            target_modules or ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-        )
+        self.targets = set(target_modules or DEFAULT_TARGET_MODULES)
         for name, module in list(model.named_modules()):
             if isinstance(module, nn.Linear) and name.split(".")[-1] in self.targets:
                 parent = model.get_submodule(name.rsplit(".", 1)[0])

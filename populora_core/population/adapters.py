@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +28,7 @@ import pandas as pd
 import torch
 from safetensors.torch import load_file, save_file
 
-from populora_core.artifacts import write_parquet_atomic
+from populora_core.artifacts import write_dir_atomic, write_file_atomic, write_parquet_atomic
 from populora_core.config import PopulationConfig, RatingConfig
 from populora_core.population.lora import LoraAdapter, LoraFactors
 from populora_core.seeding import torch_generator
@@ -67,11 +65,12 @@ class Member:
     @property
     def conservative(self) -> float:
         """The rank used for replacement: μ − 3σ."""
-        return self.mu - 3.0 * self.sigma
+        return conservative(self.mu, self.sigma)
 
 
-def gen_dir(population_root: Path, generation: int) -> Path:
-    return Path(population_root) / f"gen_{generation:04d}"
+def conservative(mu: float, sigma: float) -> float:
+    """The conservative skill estimate μ − 3σ that ranks members for replacement."""
+    return mu - 3.0 * sigma
 
 
 def lora_shapes(model_config: Mapping, target_modules: Sequence[str]) -> dict[str, tuple[int, int]]:
@@ -197,10 +196,7 @@ def load_adapter(directory: Path) -> LoraAdapter:
 
 def save_optimizer_state(directory: Path, state: dict) -> None:
     """Optimizer state beside the adapter (temp file + rename)."""
-    directory = Path(directory)
-    tmp = directory / f".{OPTIMIZER_STATE}.{uuid.uuid4().hex}"
-    torch.save(state, tmp)
-    os.replace(tmp, directory / OPTIMIZER_STATE)
+    write_file_atomic(Path(directory) / OPTIMIZER_STATE, lambda tmp: torch.save(state, tmp))
 
 
 def load_optimizer_state(directory: Path) -> dict | None:
@@ -242,7 +238,7 @@ def members_from_frame(frame: pd.DataFrame) -> list[Member]:
 
 
 def save_population(
-    population_root: Path,
+    directory: Path,
     generation: int,
     members: Sequence[Member],
     adapters: Mapping[str, LoraAdapter],
@@ -250,15 +246,14 @@ def save_population(
     base_model: str = "",
     carry_optimizer_from: Path | None = None,
 ) -> Path:
-    """Writes one generation's snapshot atomically; returns its directory.
+    """Writes one generation's snapshot into ``directory`` atomically (replacing an older
+    one); returns it.
 
     ``carry_optimizer_from``: a previous snapshot whose optimizer states are
     copied for members that have no new one (unchanged members keep theirs).
     """
-    final = gen_dir(population_root, generation)
-    tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir(parents=True)
-    try:
+
+    def fill(tmp: Path) -> None:
         for m in members:
             save_adapter(adapters[m.adapter_id], tmp / m.adapter_id, base_model)
             if carry_optimizer_from is not None:
@@ -266,13 +261,8 @@ def save_population(
                 if old.exists():
                     shutil.copy2(old, tmp / m.adapter_id / OPTIMIZER_STATE)
         write_parquet_atomic(members_frame(members, generation), tmp / POPULATION_TABLE)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
+
+    return write_dir_atomic(Path(directory), fill, replace=True)
 
 
 def load_population(directory: Path) -> tuple[list[Member], dict[str, LoraAdapter]]:

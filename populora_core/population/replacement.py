@@ -20,24 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from populora_core.artifacts import columns
 from populora_core.config import EvolutionConfig, RatingConfig
 from populora_core.population.adapters import Member
 from populora_core.population.evolution.operators import MUTATIONS, apply_operator
 from populora_core.population.lora import LoraAdapter
 from populora_core.seeding import numpy_generator, torch_generator
-
-LINEAGE_COLUMNS = (
-    "generation",
-    "child_id",
-    "role",
-    "parents",
-    "operator",
-    "params",
-    "replaced_id",
-    "replaced_conservative",
-    "child_mu",
-    "child_sigma",
-)
 
 
 @dataclass(frozen=True)
@@ -119,7 +107,6 @@ def evolve(
         new_adapters[plan.child_id] = child
         rows.append(
             {
-                "generation": generation,
                 "child_id": plan.child_id,
                 "role": m.role,
                 "parents": list(parent_ids),
@@ -131,5 +118,5 @@ def evolve(
                 "child_sigma": sigma,
             }
         )
-    lineage = pd.DataFrame(rows, columns=list(LINEAGE_COLUMNS))
+    lineage = pd.DataFrame(rows, columns=columns("lineage"))
     return new_members, new_adapters, lineage

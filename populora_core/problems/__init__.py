@@ -5,6 +5,7 @@ from __future__ import annotations
 from populora_core.problems.checking import check_answers
 from populora_core.problems.parsing import extract_answer, parse_answer, parse_proposal
 from populora_core.problems.prompts import ASSISTANT_PREFILL, STOP_STRINGS, student_prompt, teacher_prompt
+from populora_core.problems.rows import problem_row, row_problem, seed_buffers
 from populora_core.problems.types import (
     SEED_PROBLEM,
     SEED_PROBLEMS,
@@ -38,6 +39,9 @@ __all__ = [
     "parse_answer",
     "parse_proposal",
     "problem_id",
+    "problem_row",
+    "row_problem",
+    "seed_buffers",
     "student_prompt",
     "teacher_prompt",
     "validate_proposals",

@@ -16,14 +16,7 @@ from populora_core.config import ProblemsConfig
 from populora_core.metrics.complexity import complexity_metrics
 from populora_core.problems.parsing import check_call_arguments, parse_proposal
 from populora_core.problems.static import check_expression, check_program
-from populora_core.problems.types import (
-    FormatError,
-    Problem,
-    Proposal,
-    TaskType,
-    ValidationResult,
-    problem_id,
-)
+from populora_core.problems.types import FormatError, Problem, Proposal, TaskType, ValidationResult, problem_id
 from populora_core.sandbox import Job, Result, SandboxPool
 
 RUN_SALTS = (0, 977)
@@ -124,39 +117,44 @@ def validate_proposals(
             ]
         plans.append(per_input)
     results = pool.run(jobs) if jobs else []
+    return [
+        ValidationResult(valid=False, reason=plan)
+        if isinstance(plan, str)
+        else _judge_runs(task_type, proposal, plan, results, config)
+        for (task_type, proposal), plan in zip(parsed, plans, strict=True)
+    ]
 
-    out: list[ValidationResult] = []
-    for (task_type, proposal), plan in zip(parsed, plans, strict=True):
-        if isinstance(plan, str):
-            out.append(ValidationResult(valid=False, reason=plan))
-            continue
-        assert isinstance(proposal, Proposal)
-        kept_inputs, outputs, reasons = [], [], []
-        for inp, (start, n) in zip(proposal.inputs, plan, strict=True):
-            gold, why = _gold_output(results[start : start + n], config)
-            if gold is None:
-                reasons.append(why)
-            else:
-                kept_inputs.append(inp)
-                outputs.append(gold)
-        if "non-deterministic" in reasons:
-            out.append(ValidationResult(valid=False, reason="non-deterministic"))
-            continue
-        need = config.code_f_min_inputs if task_type == "code_f" else 1
-        if len(kept_inputs) < need:
-            out.append(ValidationResult(valid=False, reason=reasons[0] if reasons else "no usable input"))
-            continue
-        if task_type != "code_f":
-            kept_inputs, outputs = kept_inputs[:1], outputs[:1]
-        problem = Problem(
-            task_type=task_type,
-            program=proposal.program,
-            inputs=tuple(kept_inputs),
-            outputs=tuple(outputs),
-            message=proposal.message,
-            problem_id=problem_id(task_type, proposal.program, kept_inputs),
-        )
-        out.append(
-            ValidationResult(valid=True, reason="ok", problem=problem, metrics=complexity_metrics(problem.program))
-        )
-    return out
+
+def _judge_runs(
+    task_type: TaskType,
+    proposal: Proposal,
+    plan: list[tuple[int, int]],
+    results: Sequence,
+    config: ProblemsConfig,
+) -> ValidationResult:
+    """The proposal's problem from its sandbox runs (``plan``: first job and run count per
+    input): valid with the deterministic gold outputs, else why not."""
+    kept_inputs, outputs, reasons = [], [], []
+    for inp, (start, n) in zip(proposal.inputs, plan, strict=True):
+        gold, why = _gold_output(results[start : start + n], config)
+        if gold is None:
+            reasons.append(why)
+        else:
+            kept_inputs.append(inp)
+            outputs.append(gold)
+    if "non-deterministic" in reasons:
+        return ValidationResult(valid=False, reason="non-deterministic")
+    need = config.code_f_min_inputs if task_type == "code_f" else 1
+    if len(kept_inputs) < need:
+        return ValidationResult(valid=False, reason=reasons[0] if reasons else "no usable input")
+    if task_type != "code_f":
+        kept_inputs, outputs = kept_inputs[:1], outputs[:1]
+    problem = Problem(
+        task_type=task_type,
+        program=proposal.program,
+        inputs=tuple(kept_inputs),
+        outputs=tuple(outputs),
+        message=proposal.message,
+        problem_id=problem_id(task_type, proposal.program, kept_inputs),
+    )
+    return ValidationResult(valid=True, reason="ok", problem=problem, metrics=complexity_metrics(problem.program))

@@ -46,6 +46,18 @@ class _Slot:
     jobs_done: int = 0
 
 
+@dataclass
+class _Batch:
+    """Per-call state of one ``SandboxPool.run``: the jobs' lines, deadlines, results and retries."""
+
+    encoded: list[bytes]
+    limits: list[float]
+    results: list[Result | None]
+    tries: list[int]
+    pending: deque[int]
+    remaining: int
+
+
 @dataclass(frozen=True)
 class PoolStats:
     jobs: int = 0
@@ -112,6 +124,14 @@ class SandboxPool:
         """Runs ``jobs``; returns one Result per job, in the same order."""
         if not self._slots:
             raise RuntimeError("SandboxPool.run called outside `with SandboxPool(...)` (or before start())")
+        batch = self._new_batch(jobs)
+        while batch.remaining:
+            self._step(batch)
+        self._stats["jobs"] += len(jobs)
+        return [r for r in batch.results if r is not None]
+
+    def _new_batch(self, jobs: Sequence[Job]) -> _Batch:
+        """Encodes ``jobs`` with the configured defaults and sets up their bookkeeping."""
         cfg = self.config
         encoded = [
             encode_job(
@@ -125,96 +145,114 @@ class SandboxPool:
             for i, job in enumerate(jobs)
         ]
         limits = [(job.timeout_s or cfg.timeout_s) + cfg.worker_grace_s for job in jobs]
-        results: list[Result | None] = [None] * len(jobs)
-        tries = [0] * len(jobs)
-        pending: deque[int] = deque(range(len(jobs)))
-        remaining = len(jobs)
+        return _Batch(
+            encoded=encoded,
+            limits=limits,
+            results=[None] * len(jobs),
+            tries=[0] * len(jobs),
+            pending=deque(range(len(jobs))),
+            remaining=len(jobs),
+        )
 
-        def fail(k: int, reason: str) -> None:
-            nonlocal remaining
-            slot = self._slots[k]
+    def _step(self, batch: _Batch) -> None:
+        """One round of the select loop: fill slots, wait, write, read, enforce deadlines."""
+        now = time.monotonic()
+        self._fill_slots(batch, now)
+        readers = {s.out_fd: k for k, s in enumerate(self._slots) if s.inflight}
+        writers = {s.in_fd: k for k, s in enumerate(self._slots) if s.wbuf}
+        wait = min((s.deadline for s in self._slots if s.inflight), default=now + 1.0) - now
+        try:
+            r_ready, w_ready, _ = select.select(list(readers), list(writers), [], max(0.0, wait))
+        except InterruptedError:
+            return
+        for fd in w_ready:
+            self._write(self._slots[writers[fd]], fd)
+        for fd in r_ready:
+            self._read(batch, readers[fd], fd)
+        now = time.monotonic()
+        for k, slot in enumerate(self._slots):
+            if slot.inflight and now > slot.deadline:
+                self._fail(batch, k, "worker hung past its job's deadline")
+
+    def _fill_slots(self, batch: _Batch, now: float) -> None:
+        """Recycles workers that are due, then queues pending jobs on every slot with room."""
+        for k, slot in enumerate(self._slots):
+            if self._recycle_every and slot.jobs_done >= self._recycle_every and not slot.inflight:
+                self.backend.stop(slot.worker)
+                self._slots[k] = slot = self._spawn(slot.worker.index)
+            while batch.pending and self._has_room(slot):
+                j = batch.pending.popleft()
+                if not slot.inflight:
+                    slot.deadline = now + batch.limits[j]
+                slot.inflight.append(j)
+                slot.inflight_bytes += len(batch.encoded[j])
+                slot.wbuf += batch.encoded[j]
+
+    @staticmethod
+    def _write(slot: _Slot, fd: int) -> None:
+        """Sends as much of ``slot``'s write buffer as its pipe takes now."""
+        try:
+            n = os.write(fd, slot.wbuf)
+            del slot.wbuf[:n]
+        except (BrokenPipeError, ConnectionResetError):
+            slot.wbuf.clear()  # the read side sees EOF and handles it
+        except BlockingIOError:
+            pass
+
+    def _read(self, batch: _Batch, k: int, fd: int) -> None:
+        """Reads what worker ``k`` wrote and takes in every complete result line."""
+        slot = self._slots[k]
+        if slot.out_fd != fd:
+            return  # replaced during this round
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._fail(batch, k, f"worker exited (code {slot.worker.proc.poll()})")
+            return
+        slot.rbuf += chunk
+        if b"\n" not in chunk:
+            return
+        *lines, tail = slot.rbuf.split(b"\n")
+        slot.rbuf = bytearray(tail)
+        self._take_results(batch, k, lines)
+
+    def _take_results(self, batch: _Batch, k: int, lines: list[bytearray]) -> None:
+        """Records worker ``k``'s result lines in order; a result out of order fails the worker."""
+        slot = self._slots[k]
+        for line in lines:
+            if not slot.inflight:
+                break
+            job_id, result = decode_result(bytes(line))
+            head = slot.inflight[0]
+            if job_id != head:
+                self._fail(batch, k, f"protocol error: expected result {head}, got {job_id}")
+                break
+            slot.inflight.popleft()
+            slot.inflight_bytes -= len(batch.encoded[head])
+            slot.jobs_done += 1
+            batch.results[head] = result
+            batch.remaining -= 1
             if slot.inflight:
-                head = slot.inflight.popleft()
-                tries[head] += 1
-                if tries[head] >= MAX_TRIES:
-                    results[head] = Result(status="sandbox_failure", error=reason)
-                    self._stats["sandbox_failures"] += 1
-                    remaining -= 1
-                else:
-                    self._stats["retries"] += 1
-                    pending.appendleft(head)
-                pending.extendleft(reversed(slot.inflight))
-            log.warning("sandbox worker %s replaced: %s", slot.worker.name, reason)
-            self._slots[k] = self._restart(slot)
+                slot.deadline = time.monotonic() + batch.limits[slot.inflight[0]]
 
-        while remaining:
-            now = time.monotonic()
-            for k, slot in enumerate(self._slots):
-                if self._recycle_every and slot.jobs_done >= self._recycle_every and not slot.inflight:
-                    self.backend.stop(slot.worker)
-                    self._slots[k] = slot = self._spawn(slot.worker.index)
-                while pending and self._has_room(slot):
-                    j = pending.popleft()
-                    if not slot.inflight:
-                        slot.deadline = now + limits[j]
-                    slot.inflight.append(j)
-                    slot.inflight_bytes += len(encoded[j])
-                    slot.wbuf += encoded[j]
-            readers = {s.out_fd: k for k, s in enumerate(self._slots) if s.inflight}
-            writers = {s.in_fd: k for k, s in enumerate(self._slots) if s.wbuf}
-            wait = min((s.deadline for s in self._slots if s.inflight), default=now + 1.0) - now
-            try:
-                r_ready, w_ready, _ = select.select(list(readers), list(writers), [], max(0.0, wait))
-            except InterruptedError:
-                continue
-            for fd in w_ready:
-                k = writers[fd]
-                slot = self._slots[k]
-                try:
-                    n = os.write(fd, slot.wbuf)
-                    del slot.wbuf[:n]
-                except (BrokenPipeError, ConnectionResetError):
-                    slot.wbuf.clear()  # the read side sees EOF and handles it
-                except BlockingIOError:
-                    pass
-            for fd in r_ready:
-                k = readers[fd]
-                slot = self._slots[k]
-                if slot.out_fd != fd:
-                    continue  # replaced during this round
-                try:
-                    chunk = os.read(fd, 1 << 20)
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    fail(k, f"worker exited (code {slot.worker.proc.poll()})")
-                    continue
-                slot.rbuf += chunk
-                if b"\n" not in chunk:
-                    continue
-                *lines, tail = slot.rbuf.split(b"\n")
-                slot.rbuf = bytearray(tail)
-                for line in lines:
-                    if not slot.inflight:
-                        break
-                    job_id, result = decode_result(bytes(line))
-                    head = slot.inflight[0]
-                    if job_id != head:
-                        fail(k, f"protocol error: expected result {head}, got {job_id}")
-                        break
-                    slot.inflight.popleft()
-                    slot.inflight_bytes -= len(encoded[head])
-                    slot.jobs_done += 1
-                    results[head] = result
-                    remaining -= 1
-                    if slot.inflight:
-                        slot.deadline = time.monotonic() + limits[slot.inflight[0]]
-            now = time.monotonic()
-            for k, slot in enumerate(self._slots):
-                if slot.inflight and now > slot.deadline:
-                    fail(k, "worker hung past its job's deadline")
-        self._stats["jobs"] += len(jobs)
-        return [r for r in results if r is not None]
+    def _fail(self, batch: _Batch, k: int, reason: str) -> None:
+        """Replaces worker ``k``: its current job is retried (or failed after MAX_TRIES), the rest re-queued."""
+        slot = self._slots[k]
+        if slot.inflight:
+            head = slot.inflight.popleft()
+            batch.tries[head] += 1
+            if batch.tries[head] >= MAX_TRIES:
+                batch.results[head] = Result(status="sandbox_failure", error=reason)
+                self._stats["sandbox_failures"] += 1
+                batch.remaining -= 1
+            else:
+                self._stats["retries"] += 1
+                batch.pending.appendleft(head)
+            batch.pending.extendleft(reversed(slot.inflight))
+        log.warning("sandbox worker %s replaced: %s", slot.worker.name, reason)
+        self._slots[k] = self._restart(slot)
 
 
 def run_jobs(config: SandboxConfig, jobs: Sequence[Job]) -> list[Result]:

@@ -57,39 +57,69 @@ def _prctl(option: int, value: int) -> None:
         pass
 
 
-def _child(job: dict, out_w: int, res_w: int, workdir: str) -> None:
-    """Runs in the forked child; never returns."""
+def _isolate_fds(out_w: int, res_w: int, workdir: str) -> None:
+    """Child step 1: own session, fresh workdir, stdin from /dev/null, output to the pipe, result on fd 3."""
+    os.setsid()
+    os.chdir(workdir)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(out_w, 1)
+    os.dup2(out_w, 2)
+    # The result pipe moves to fd 3; everything else above 2 is closed,
+    # the worker's job channel included.
+    os.dup2(res_w, 3)
+    os.closerange(4, 65536)
+
+
+def _apply_limits(job: dict) -> None:
+    """Child step 2: rlimits on CPU, address space, file size, open files, processes and core dumps."""
+    timeout = float(job.get("timeout_s", 2.0))
+    cpu = max(1, int(timeout + 1))
+    mem = int(job.get("memory_mb", 512)) * 1024 * 1024
+    fsize = int(job.get("max_output_bytes", 65536)) * 4
+    for lim, val in (
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        (resource.RLIMIT_AS, (mem, mem)),
+        (resource.RLIMIT_FSIZE, (fsize, fsize)),
+        (resource.RLIMIT_NOFILE, (32, 32)),
+        (resource.RLIMIT_NPROC, (int(job.get("max_procs", 16)),) * 2),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ):
+        try:
+            resource.setrlimit(lim, val)
+        except (ValueError, OSError):
+            pass
+
+
+def _bind_stdio(job: dict) -> None:
+    """Child step 3: Python's std streams on fds 0-2 (line-buffered) and the job's recursion limit."""
+    sys.stdout = open(1, "w", closefd=False, buffering=1)  # noqa: SIM115
+    sys.stderr = open(2, "w", closefd=False, buffering=1)  # noqa: SIM115
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115
+    sys.setrecursionlimit(int(job.get("recursion_limit", 3000)))
+
+
+def _report(result: dict) -> None:
+    """Child's last step: flushes stdout, writes ``result`` to fd 3 and exits; never returns."""
     try:
-        os.setsid()
-        os.chdir(workdir)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(out_w, 1)
-        os.dup2(out_w, 2)
-        # The result pipe moves to fd 3; everything else above 2 is closed,
-        # the worker's job channel included.
-        os.dup2(res_w, 3)
-        os.closerange(4, 65536)
-        timeout = float(job.get("timeout_s", 2.0))
-        cpu = max(1, int(timeout + 1))
-        mem = int(job.get("memory_mb", 512)) * 1024 * 1024
-        fsize = int(job.get("max_output_bytes", 65536)) * 4
-        for lim, val in (
-            (resource.RLIMIT_CPU, (cpu, cpu + 1)),
-            (resource.RLIMIT_AS, (mem, mem)),
-            (resource.RLIMIT_FSIZE, (fsize, fsize)),
-            (resource.RLIMIT_NOFILE, (32, 32)),
-            (resource.RLIMIT_NPROC, (int(job.get("max_procs", 16)),) * 2),
-            (resource.RLIMIT_CORE, (0, 0)),
-        ):
-            try:
-                resource.setrlimit(lim, val)
-            except (ValueError, OSError):
-                pass
-        sys.stdout = open(1, "w", closefd=False, buffering=1)  # noqa: SIM115
-        sys.stderr = open(2, "w", closefd=False, buffering=1)  # noqa: SIM115
-        sys.stdin = open(0, closefd=False)  # noqa: SIM115
-        sys.setrecursionlimit(int(job.get("recursion_limit", 3000)))
+        sys.stdout.flush()
+        payload = json.dumps(result).encode()
+        os.write(3, payload)
+    except BaseException:  # noqa: BLE001
+        os._exit(71)
+    os._exit(0)
+
+
+def _child(job: dict, out_w: int, res_w: int, workdir: str) -> None:
+    """Runs in the forked child; never returns.
+
+    The program is executed in this function's own frame (not a helper's), so
+    it gets the same stack depth under the recursion limit as it always has.
+    """
+    try:
+        _isolate_fds(out_w, res_w, workdir)
+        _apply_limits(job)
+        _bind_stdio(job)
     except BaseException:  # noqa: BLE001
         os._exit(70)
     # A salt shifts where the program's objects land in memory: forks of one
@@ -120,13 +150,7 @@ def _child(job: dict, out_w: int, res_w: int, workdir: str) -> None:
         except BaseException:  # noqa: BLE001
             msg = "unprintable exception"
         result = {"status": "error", "value": None, "error": msg}
-    try:
-        sys.stdout.flush()
-        payload = json.dumps(result).encode()
-        os.write(3, payload)
-    except BaseException:  # noqa: BLE001
-        os._exit(71)
-    os._exit(0)
+    _report(result)  # exits; `ballast` stays referenced by this frame until then, as before
 
 
 def _read_into(fd: int, buf: bytearray, cap: int) -> bool | None:

@@ -109,6 +109,24 @@ def trainable_parameters(model, adapter_id: str) -> list[torch.nn.Parameter]:
     return params
 
 
+def _checkpointing(model, wanted: bool) -> bool:
+    """Turns activation checkpointing on when ``wanted`` and the model supports it."""
+    if not (wanted and hasattr(model, "gradient_checkpointing_enable")):
+        return False
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 renamed it
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return True
+
+
+def _autocast(model):
+    """A bf16/fp16 base: LoRA master weights stay fp32 (for AdamW), matmuls run in the low precision."""
+    low = next(model.parameters()).dtype
+    device = next(model.parameters()).device.type
+    return torch.autocast(device_type=device, dtype=low) if low in (torch.bfloat16, torch.float16) else nullcontext()
+
+
 def update_adapter(
     model,
     adapter_id: str,
@@ -129,19 +147,9 @@ def update_adapter(
     if optimizer_state:
         optimizer.load_state_dict(optimizer_state)
     model.train()
-    checkpointing = config.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable")
-    if checkpointing:
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 renamed it
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    checkpointing = _checkpointing(model, config.gradient_checkpointing)
     total_tokens = sum(len(r.completion_ids) for r in rollouts)
-    # A bf16 base: LoRA master weights stay fp32 (for AdamW), matmuls run in bf16.
-    low = next(model.parameters()).dtype
-    device = next(model.parameters()).device.type
-    autocast = (
-        torch.autocast(device_type=device, dtype=low) if low in (torch.bfloat16, torch.float16) else nullcontext()
-    )
+    autocast = _autocast(model)
     sums = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0}
     steps = 0
     grad_norm = 0.0

@@ -10,7 +10,6 @@ from populora_core.artifacts import (
     SCHEMA_VERSION,
     SUCCESS,
     ArtifactError,
-    RunDir,
     check_artifact,
     full_schema,
     is_complete,
@@ -70,6 +69,8 @@ def test_partial_files_are_found_and_removed(tmp_path):
 
 
 def test_run_layout_knows_complete_and_next_generations(tmp_path):
+    from populora_core.runs import RunDir
+
     run = RunDir(tmp_path / "r")
     for g in (0, 1, 2):
         run.gen(g).mkdir(parents=True)

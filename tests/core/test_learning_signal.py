@@ -12,11 +12,12 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from populora_core import stages
 from populora_core.config import PRESETS, load_config
 from populora_core.population.adapters import create_population, load_adapter, lora_shapes, save_adapter
 from populora_core.problems import problem_id
 from populora_core.runtime import Trainer
+from populora_core.stages import learn
+from populora_core.stages import play as play_stages
 from populora_core.training.trainer import token_logprobs
 from tests.helpers import TINY_QWEN2
 
@@ -37,7 +38,7 @@ def play(config, members, rng: np.random.Generator, statuses=STATUSES, any_valid
     sample counts; completions drawn from ``rng``. Rewards vary within every adapter:
     every other proposal is valid (when ``any_valid``), verdicts cycle through ``statuses``."""
     budget, types = config.play_budget, config.problems.task_types
-    pairings = stages.pair(members, config, 0)
+    pairings = play_stages.pair(members=members, config=config, generation=0)
     proposals, problems = [], []
     for t in (m for m in members if m.plays("teacher")):
         for i in range(budget.proposals_per_teacher):
@@ -81,8 +82,8 @@ def play(config, members, rng: np.random.Generator, statuses=STATUSES, any_valid
             )
     problems = pd.DataFrame(problems).assign(program="def f(a):\n    return a", inputs=[["1"]] * len(problems))
     problems = problems.assign(outputs=[["1"]] * len(problems), message="")
-    work = stages.assignments(problems, pairings)
-    counts = stages._samples_per_problem(work, budget.problems_per_match, budget.samples_per_problem)
+    work = play_stages.assignments(problems, pairings)
+    counts = play_stages.samples_per_problem(work, budget.problems_per_match, budget.samples_per_problem)
     rollouts, verdicts = [], []
     for (teacher, student, problem), n in zip(work, counts, strict=True):
         for j in range(n):
@@ -134,9 +135,20 @@ def generation(preset: str, tmp_path, statuses=STATUSES, any_valid: bool = True)
     trainer = Trainer(base, _Tokenizer(), config.population)
     proposals, problems, rollouts, verdicts = play(config, members, np.random.default_rng(1), statuses, any_valid)
     proposals, rollouts = _with_old_logprobs(proposals, trainer.model), _with_old_logprobs(rollouts, trainer.model)
-    rewards = stages.reward(proposals, problems, rollouts, verdicts, config)
-    metrics = stages.update(
-        members, population_dir, rewards, proposals, rollouts, trainer, config, updated_dir, generation=0
+    rewards = learn.reward(
+        proposals=proposals, problems=problems, rollouts=rollouts, verdicts=verdicts, config=config, generation=0
+    )
+    metrics = learn.update(
+        members=members,
+        members_dir=population_dir,
+        rewards=rewards,
+        proposals=proposals,
+        rollouts=rollouts,
+        updated_dir=updated_dir,
+        base_model="",
+        trainer=trainer,
+        config=config,
+        generation=0,
     )
     return members, rewards, metrics, population_dir, updated_dir
 

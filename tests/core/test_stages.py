@@ -1,16 +1,16 @@
-"""Stage functions that need no model: sample budgets."""
+"""Stage functions that need no model: sample budgets, repeats and duplicates."""
 
 from __future__ import annotations
 
 
 def test_a_match_with_few_problems_gets_the_full_sample_budget():
     from populora_core.problems import SEED_PROBLEM
-    from populora_core.stages import _samples_per_problem
+    from populora_core.stages.play import samples_per_problem
 
     work = [("t", "s", SEED_PROBLEM)] * 2 + [("t2", "s", SEED_PROBLEM)] * 4
-    assert _samples_per_problem(work, per_match=3, g=4) == [6, 6, 4, 4, 4, 4]
+    assert samples_per_problem(work, per_match=3, g=4) == [6, 6, 4, 4, 4, 4]
     work = [("t", "s", SEED_PROBLEM)] * 5
-    assert sum(_samples_per_problem(work, per_match=12, g=4)) == 48
+    assert sum(samples_per_problem(work, per_match=12, g=4)) == 48
 
 
 def test_seed_ids_are_content_hashes():
@@ -26,7 +26,9 @@ def test_a_copy_of_a_seed_or_of_a_buffer_problem_is_a_repeat_not_a_fresh_problem
     import pandas as pd
 
     from populora_core.config import load_config
-    from populora_core.stages import reward, seed_buffers, validate
+    from populora_core.problems import seed_buffers
+    from populora_core.stages.learn import reward
+    from populora_core.stages.play import validate
 
     config = load_config(preset="cpu-tiny")
     copy = '<answer>\n```python\ndef f(a):\n    return a\n```\n```input\n"Hello world"\n```\n</answer>'
@@ -39,18 +41,35 @@ def test_a_copy_of_a_seed_or_of_a_buffer_problem_is_a_repeat_not_a_fresh_problem
             "completion": [copy, new, new],
         }
     )
-    problems = validate(proposals, seed_buffers(["t"]), local_pool, config, 0, np.random.rand(4, 8))
+    problems = validate(
+        proposals=proposals,
+        buffers=seed_buffers(["t"]),
+        pool=local_pool,
+        config=config,
+        generation=0,
+        centroids=np.random.rand(4, 8),
+    )
     fresh = problems[problems["source"] == "fresh"]
     assert fresh["reason"].tolist() == ["repeat", "ok", "duplicate"]
     assert fresh["valid"].tolist() == [False, True, False]
     # the repeat earns the invalid-proposal penalty, not 1 − ρ
     rollouts = pd.DataFrame(columns=["rollout_id", "task_type"])
     verdicts = pd.DataFrame(columns=["rollout_id", "problem_id", "teacher_id", "student_id", "status"])
-    rewards = reward(proposals, problems, rollouts, verdicts, config)
+    rewards = reward(
+        proposals=proposals, problems=problems, rollouts=rollouts, verdicts=verdicts, config=config, generation=0
+    )
     assert rewards.set_index("item_id").loc["t/p0", "reward"] == config.rewards.invalid_proposal
     # Absolute Zero's penalties: a repeat is well formatted (−0.5), a bad format −1
     azr = load_config(preset="cpu-tiny-baseline")
     bad = proposals.assign(completion=[copy, "no answer here", new])
-    problems = validate(bad, seed_buffers(["t"]), local_pool, azr, 0, np.random.rand(4, 8))
-    rewards = reward(bad, problems, rollouts, verdicts, azr).set_index("item_id")["reward"]
+    problems = validate(
+        proposals=bad,
+        buffers=seed_buffers(["t"]),
+        pool=local_pool,
+        config=azr,
+        generation=0,
+        centroids=np.random.rand(4, 8),
+    )
+    rewards = reward(proposals=bad, problems=problems, rollouts=rollouts, verdicts=verdicts, config=azr, generation=0)
+    rewards = rewards.set_index("item_id")["reward"]
     assert (rewards["t/p0"], rewards["t/p1"]) == (-0.5, -1.0)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.faults.inject import fault_env
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -81,9 +83,7 @@ def tiny_model() -> Path:
 
 def populora(args: list[str], env: dict[str, str], *, fault: str | None = None, timeout: float = 900):
     """Runs the `populora` CLI in its own process group; returns the CompletedProcess."""
-    env = dict(env)
-    if fault:
-        env["POPULORA_FAULT"] = fault
+    env = fault_env(env, fault) if fault else dict(env)
     proc = subprocess.Popen(
         [str(BIN / "populora"), *args],
         env=env,
@@ -110,7 +110,7 @@ TRAIN = ["train", "--preset", "cpu-tiny", "--generations", str(GENERATIONS)]
 @pytest.fixture(scope="session")
 def reference_run(prefect_server, tiny_model, tmp_path_factory):
     """One uninterrupted cpu-tiny run of two generations (SmolLM2-135M, 2 + 2, evolution every generation)."""
-    from populora_core.artifacts import RunDir
+    from populora_core.runs import RunDir
 
     runs = tmp_path_factory.mktemp("runs")
     result = populora([*TRAIN, "--run-id", "reference", "--runs-dir", str(runs)], prefect_server)

@@ -10,10 +10,10 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from flows.generation import artifact_key
-from populora_core.artifacts import RunDir
 from populora_core.config import load_config
-from populora_core.runs import create_run
+from populora_core.runs import RunDir, create_run
+from populora_core.stages.summary import artifact_key
+from tests.faults.inject import fault_env
 from tests.flows.conftest import BIN, REPO
 
 
@@ -49,7 +49,7 @@ def test_generation_deployment_crashes_is_retried_from_the_ui_and_publishes_its_
 
     run = create_run(tmp_path / "runs", load_config(preset="cpu-tiny"), run_id="deployed", preset="cpu-tiny")
     # the first attempt is killed (SIGKILL) while writing the verdicts
-    fault = {"POPULORA_FAULT": "verify@0", "POPULORA_FAULT_ONCE": str(tmp_path / "fault-fired")}
+    fault = fault_env({}, "verify@0", once=tmp_path / "fault-fired")
     started = prefect(
         [
             "deployment",

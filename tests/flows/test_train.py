@@ -15,7 +15,6 @@ from safetensors.torch import load_file
 
 from populora_core.artifacts import (
     SUCCESS,
-    RunDir,
     artifact_path,
     artifacts_in,
     check_artifact,
@@ -24,7 +23,8 @@ from populora_core.artifacts import (
 )
 from populora_core.config import load_config
 from populora_core.population.adapters import POPULATION_TABLE
-from populora_core.stages import STAGE_OUTPUTS, STAGES
+from populora_core.runs import RunDir
+from populora_core.stages.table import TABLE, get_stage
 from tests.flows.conftest import GENERATIONS, TRAIN, populora
 
 # Columns that measure time, not results.
@@ -43,7 +43,7 @@ def test_every_artifact_is_present_schema_valid_and_consistent(reference_run):
         gen = run.gen(g)
         assert (gen / SUCCESS).is_file()
         names = {p.name.removesuffix(".parquet") for p in artifacts_in(gen)}
-        assert names == {n for outs in STAGE_OUTPUTS.values() for n in outs}
+        assert names == {n for stage in TABLE for n in stage.outputs}
         for path in artifacts_in(gen):
             check_artifact(path)
             frame = pd.read_parquet(path)
@@ -117,7 +117,7 @@ def test_sigkill_during_each_stage_then_resume_gives_the_uninterrupted_artifacts
 ):
     runs = tmp_path / "runs"
     run = RunDir(runs / "crashed")
-    faults = [(stage, 0) for stage in STAGES] + [("propose", 1)]
+    faults = [(stage.name, 0) for stage in TABLE] + [("propose", 1)]
     for i, (stage, generation) in enumerate(faults):
         args = [*TRAIN, "--run-id", "crashed", "--runs-dir", str(runs)] if i == 0 else ["resume", str(run.root)]
         result = populora(args, prefect_server, fault=f"{stage}@{generation}")
@@ -125,7 +125,7 @@ def test_sigkill_during_each_stage_then_resume_gives_the_uninterrupted_artifacts
         gen = run.gen(generation)
         assert partial_files(gen), stage  # killed half-way through writing
         assert not (gen / SUCCESS).exists()
-        assert not artifact_path(gen, STAGE_OUTPUTS[stage][-1]).exists()
+        assert not artifact_path(gen, get_stage(stage).outputs[-1]).exists()
     final = populora(["resume", str(run.root)], prefect_server)
     assert final.returncode == 0, final.stdout[-3000:]
     assert run.complete_generations() == list(range(GENERATIONS))

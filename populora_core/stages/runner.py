@@ -1,0 +1,138 @@
+"""Running a stage of the table against a run directory, and what a run has done.
+
+``run_stage`` is everything a stage's execution does, whoever calls it (a Prefect
+task, a Ray task, a benchmark): skip when its last artifact exists, resolve its
+inputs and heavy objects, call its function, write its outputs atomically, return
+a small record. ``stages_done`` and ``run_status`` read the same table.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from populora_core.artifacts import artifact_path
+from populora_core.problems import seed_buffers
+from populora_core.runs import RunDir
+from populora_core.stages import table
+
+
+def _buffers(run: RunDir, g: int) -> pd.DataFrame:
+    """The buffers generation ``g`` draws from: generation g−1's, or the seed problems at 0."""
+    if g == 0:
+        return seed_buffers([m.adapter_id for m in run.members(0) if m.plays("teacher")])
+    return run.read(g - 1, "buffers")
+
+
+def _earlier_cells(run: RunDir, g: int) -> pd.DataFrame:
+    """(teacher_id, cvt_cell) of the valid fresh problems of every generation before ``g``."""
+    frames = [run.read(e, "problems") for e in range(g)]
+    cells = [f.loc[f["valid"] & (f["source"] == "fresh"), ["teacher_id", "cvt_cell"]] for f in frames]
+    return pd.concat(cells, ignore_index=True) if cells else pd.DataFrame(columns=["teacher_id", "cvt_cell"])
+
+
+INPUTS: dict[str, Callable[[RunDir, int], object]] = {
+    "members": lambda run, g: run.members(g),
+    "next_members": lambda run, g: run.members(g + 1),
+    "buffers": _buffers,
+    "centroids": lambda run, g: run.centroids(),
+    "earlier_cells": _earlier_cells,
+    "members_dir": lambda run, g: run.members_dir(g),
+    "updated_dir": lambda run, g: run.updated(g),
+    "next_members_dir": lambda run, g: run.members_dir(g + 1),
+    "base_model": lambda run, g: str(run.model_path),
+}
+"""Inputs that are not an artifact of the stage's generation; any other input name is one."""
+
+
+def resolve_input(run: RunDir, generation: int, name: str) -> object:
+    provider = INPUTS.get(name)
+    return provider(run, generation) if provider else run.read(generation, name)
+
+
+def _heavy(run: RunDir, generation: int, need: str) -> object:
+    """A stage's heavy object from the process's runtime; a backend serves this generation's adapters."""
+    from populora_core.runtime import get_runtime
+
+    runtime = get_runtime(run.config(), run.model_path)
+    if need == "backend":
+        runtime.serve({m.adapter_id: run.members_dir(generation) / m.adapter_id for m in run.members(generation)})
+    return getattr(runtime, need)
+
+
+def is_done(run: RunDir, generation: int, stage: table.Stage) -> bool:
+    return artifact_path(run.gen(generation), stage.outputs[-1]).is_file()
+
+
+def run_stage(run: RunDir, generation: int, name: str) -> dict:
+    """Computes stage ``name`` of ``generation`` unless its last artifact exists; returns
+    its record: stage, generation, cached, seconds, and each output's path and rows."""
+    stage = table.get_stage(name)
+    started = time.perf_counter()
+    cached = is_done(run, generation, stage)
+    if not cached:
+        kwargs = {i: resolve_input(run, generation, i) for i in stage.inputs}
+        kwargs |= {n: _heavy(run, generation, n) for n in stage.needs}
+        result = stage.fn(**kwargs, config=run.config(), generation=generation)
+        frames = (result,) if len(stage.outputs) == 1 else tuple(result)
+        if len(frames) != len(stage.outputs):
+            raise TypeError(f"stage {name!r} returned {len(frames)} frames for outputs {stage.outputs}")
+        for output, frame in zip(stage.outputs, frames, strict=True):
+            run.write(generation, output, frame)
+    return {
+        "stage": name,
+        "generation": generation,
+        "cached": cached,
+        "seconds": round(time.perf_counter() - started, 3),
+        "artifacts": {
+            o: {"path": str(p), "rows": pq.ParquetFile(p).metadata.num_rows}
+            for o in stage.outputs
+            for p in [artifact_path(run.gen(generation), o)]
+        },
+    }
+
+
+def stage_paths(run: RunDir, generation: int, stage: table.Stage) -> list[Path]:
+    """Everything a done stage left in the run: its artifacts, then the directories it wrote."""
+    dirs = [resolve_input(run, generation, d) for d in stage.dirs]
+    return [*(artifact_path(run.gen(generation), o) for o in stage.outputs), *dirs]
+
+
+def stages_done(run: RunDir, generation: int) -> list[str]:
+    """The stages of ``generation`` whose outputs are complete, in table order."""
+    return [s.name for s in table.TABLE if is_done(run, generation, s)]
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    run_id: str
+    path: Path
+    preset: str | None
+    model: str
+    target_generations: int
+    complete: list[int]
+    next_generation: int
+    next_stages_done: list[str]
+    stages: tuple[str, ...]
+
+
+def run_status(run: RunDir) -> RunStatus:
+    """What a run has done: complete generations, and the stages done of the next one."""
+    config, info = run.config(), run.info()
+    nxt = run.next_generation()
+    return RunStatus(
+        run_id=info["run_id"],
+        path=run.root,
+        preset=info.get("preset"),
+        model=config.model.name,
+        target_generations=config.generations,
+        complete=run.complete_generations(),
+        next_generation=nxt,
+        next_stages_done=stages_done(run, nxt),
+        stages=table.stage_names(),
+    )

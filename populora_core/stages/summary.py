@@ -1,0 +1,127 @@
+"""What a generation did, in one record: written into ``_SUCCESS``, printed as the CLI's
+line after each generation, published as the UI's table."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from populora_core.artifacts import artifacts_in
+from populora_core.metrics.complexity import METRIC_NAMES
+from populora_core.runs import RunDir
+
+
+def generation_summary(run: RunDir, generation: int, records: Mapping[str, dict]) -> dict:
+    """Headline figures of one generation (the CLI's one-line summary and the UI table),
+    from its artifacts and the stage records (seconds, which stages were resumed)."""
+    problems, verdicts, rewards, ratings, lineage, coverage_frame, train_metrics = (
+        run.read(generation, name)
+        for name in ("problems", "verdicts", "rewards", "ratings", "lineage", "coverage", "train_metrics")
+    )
+    fresh = problems[problems["source"] == "fresh"]
+    students = verdicts.assign(correct=verdicts["status"] == "correct").groupby("student_id")["correct"].mean()
+    teachers = rewards[rewards["kind"] == "proposal"].groupby("adapter_id")["reward"].mean()
+    seconds = {s: r["seconds"] for s, r in records.items()}
+    return {
+        "proposals": len(fresh),
+        "valid_rate": float(fresh["valid"].mean()) if len(fresh) else 0.0,
+        "solutions": len(verdicts),
+        "solve_rate": float((verdicts["status"] == "correct").mean()) if len(verdicts) else 0.0,
+        "format_error_rate": float((verdicts["status"] == "format_error").mean()) if len(verdicts) else 0.0,
+        "solve_rate_per_student": {k: float(v) for k, v in students.items()},
+        "teacher_reward": {k: float(v) for k, v in teachers.items()},
+        "updates": {
+            r.adapter_id: {"delta_change": float(r.delta_change), "skip_reason": r.skip_reason}
+            for r in train_metrics.itertuples(index=False)
+        },
+        "ratings": {
+            r.adapter_id: {"mu": float(r.mu), "sigma": float(r.sigma), "conservative": float(r.conservative)}
+            for r in ratings.itertuples(index=False)
+        },
+        "replaced": {r.replaced_id: r.child_id for r in lineage.itertuples(index=False)},
+        "coverage": float(coverage_frame.set_index("teacher_id").loc["*", "coverage"]),
+        "cumulative_coverage": float(coverage_frame.set_index("teacher_id").loc["*", "cumulative_coverage"]),
+        **{
+            f"{k}_mean": float(fresh.loc[fresh["valid"], k].mean()) if fresh["valid"].any() else float("nan")
+            for k in METRIC_NAMES
+        },
+        "seconds": sum(seconds.values()),
+        "stage_seconds": seconds,
+        "resumed_stages": [s for s, r in records.items() if r["cached"]],
+    }
+
+
+def updated_count(summary: dict) -> str:
+    """The adapters that took an update this generation, of all, as "n/m" ("" for a
+    summary written before train_metrics recorded skip reasons)."""
+    updates = summary.get("updates")
+    if updates is None:
+        return ""
+    return f"{sum(not u['skip_reason'] for u in updates.values())}/{len(updates)}"
+
+
+def artifact_key(run_id: str, generation: int, suffix: str = "") -> str:
+    """A Prefect artifact key (lowercase letters, digits, dashes) for one generation."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", run_id.lower()).strip("-")
+    return f"{slug}-gen-{generation:04d}{suffix}"
+
+
+def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
+    """The generation's table: per adapter solve rate / teacher reward / valid rate / rating."""
+    coverage = run.read(generation, "coverage").set_index("teacher_id")
+    lines = [
+        f"# {run.run_id} — generation {generation}",
+        "",
+        f"valid proposals **{summary['valid_rate']:.0%}** of {summary['proposals']} · "
+        f"solved **{summary['solve_rate']:.0%}** of {summary['solutions']} solutions · "
+        f"format errors {summary['format_error_rate']:.0%} · {summary['seconds']:.0f} s",
+        "",
+        "| adapter | role | solve rate | teacher reward | valid proposals | ΔW change | μ | σ | μ − 3σ |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for adapter_id, r in summary["ratings"].items():
+        solve = summary["solve_rate_per_student"].get(adapter_id)
+        reward = summary["teacher_reward"].get(adapter_id)
+        valid = coverage["valid_rate"].get(adapter_id)
+        role = "teacher" if adapter_id in summary["teacher_reward"] else "student"
+        cells = [
+            adapter_id,
+            role,
+            "" if solve is None else f"{solve:.0%}",
+            "" if reward is None else f"{reward:+.2f}",
+            "" if valid is None else f"{valid:.0%}",
+            _update_cell(summary, adapter_id),
+            f"{r['mu']:.2f}",
+            f"{r['sigma']:.2f}",
+            f"{r['conservative']:.2f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    means = ", ".join(f"{k} {summary[f'{k}_mean']:.1f}" for k in METRIC_NAMES)
+    lines += ["", f"Complexity of valid proposals (means): {means}"]
+    lines += [f"CVT coverage: {summary['coverage']:.1%} this generation, {summary['cumulative_coverage']:.1%} so far"]
+    if summary["replaced"]:
+        lines += ["", "Replaced: " + ", ".join(f"{old} → {new}" for old, new in summary["replaced"].items())]
+    lines += ["", "Artifacts:"]
+    lines += [f"- [{p.name}]({p.resolve().as_uri()})" for p in artifacts_in(run.gen(generation))]
+    return "\n".join(lines)
+
+
+def _update_cell(summary: dict, adapter_id: str) -> str:
+    """‖ΔW' − ΔW‖/‖ΔW‖ of the adapter's update, or why it was skipped."""
+    update = summary["updates"].get(adapter_id)
+    if update is None:
+        return ""
+    return f"skipped: {update['skip_reason']}" if update["skip_reason"] else f"{update['delta_change']:.2%}"
+
+
+def one_line(generation: int, summary: dict) -> str:
+    """The live summary the CLI prints after each generation."""
+    rewards = summary["teacher_reward"].values()
+    mean_reward = sum(rewards) / len(rewards) if rewards else float("nan")
+    return (
+        f"gen {generation:>3} | valid {summary['valid_rate']:4.0%} | solved {summary['solve_rate']:4.0%} "
+        f"(format err {summary['format_error_rate']:4.0%}) | teacher reward {mean_reward:+.2f} | "
+        f"updated {updated_count(summary)} | "
+        f"coverage {summary['coverage']:.1%} (all {summary['cumulative_coverage']:.1%}) | "
+        f"replaced {len(summary['replaced'])} | {summary['seconds']:.0f} s"
+    )

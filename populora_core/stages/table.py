@@ -1,0 +1,103 @@
+"""The stage table: what each stage of a generation reads, writes, needs and computes.
+
+Resume, replay, status, the Prefect tasks and the UI all read ``TABLE``; a new
+stage is one entry here and one function. A stage's function is called with
+keyword arguments, one per name in ``inputs`` and ``needs``, plus ``config`` and
+``generation``; it returns its output frames, in ``outputs`` order (a single
+frame for one output). The names an input can take are ``runner.INPUTS`` (the
+population, the buffers, paths of the run directory) or any artifact name (that
+artifact of the same generation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from populora_core.stages import evolve, learn, measure, play
+
+Need = Literal["backend", "pool", "trainer"]
+"""Heavy objects a stage is handed (``runtime.Runtime``): a generation ``inference.base.Backend``
+serving this generation's adapters, a ``sandbox.SandboxPool``, a ``runtime.Trainer``."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a generation."""
+
+    name: str
+    fn: Callable[..., object]
+    """Computes the outputs from the inputs (plain frames, members, paths)."""
+    inputs: tuple[str, ...]
+    """What ``fn`` reads (keyword arguments)."""
+    outputs: tuple[str, ...]
+    """Artifacts written, in order; the last one marks the stage done."""
+    dirs: tuple[str, ...] = ()
+    """Directories of the run ``fn`` writes adapters into (inputs naming paths), written
+    before the artifacts: replay links them with the outputs."""
+    needs: tuple[Need, ...] = ()
+    resources: dict[str, float] = field(default_factory=dict)
+    """What one execution occupies, for a scheduler: ``gpu`` (generation, training),
+    ``sandbox`` (programs run); empty is light CPU work."""
+
+
+TABLE: tuple[Stage, ...] = (
+    Stage("pair", play.pair, ("members",), ("pairings",)),
+    Stage("propose", play.propose, ("members", "buffers"), ("proposals",), needs=("backend",), resources={"gpu": 1}),
+    Stage(
+        "validate",
+        play.validate,
+        ("proposals", "buffers", "centroids"),
+        ("problems",),
+        needs=("pool",),
+        resources={"sandbox": 1},
+    ),
+    Stage("solve", play.solve, ("problems", "pairings"), ("rollouts",), needs=("backend",), resources={"gpu": 1}),
+    Stage("verify", play.verify, ("rollouts", "problems"), ("verdicts",), needs=("pool",), resources={"sandbox": 1}),
+    Stage("reward", learn.reward, ("proposals", "problems", "rollouts", "verdicts"), ("rewards",)),
+    Stage(
+        "update",
+        learn.update,
+        ("members", "members_dir", "rewards", "proposals", "rollouts", "updated_dir", "base_model"),
+        ("train_metrics",),
+        dirs=("updated_dir",),
+        needs=("trainer",),
+        resources={"gpu": 1},
+    ),
+    Stage("rate", learn.rate, ("members", "verdicts"), ("matches", "ratings")),
+    Stage(
+        "evolve",
+        evolve.evolve,
+        ("members", "updated_dir", "ratings", "next_members_dir", "base_model"),
+        ("lineage",),
+        dirs=("next_members_dir",),
+    ),
+    Stage(
+        "measure",
+        measure.measure,
+        ("buffers", "problems", "verdicts", "lineage", "next_members", "earlier_cells"),
+        ("buffers", "coverage"),
+    ),
+)
+"""pair → propose → validate → solve → verify → reward → update → rate → evolve → measure"""
+
+
+def stage_names() -> tuple[str, ...]:
+    return tuple(s.name for s in TABLE)
+
+
+def get_stage(name: str) -> Stage:
+    """The stage called ``name``; a miss lists the stages."""
+    for stage in TABLE:
+        if stage.name == name:
+            return stage
+    raise KeyError(f"unknown stage {name!r}; stages: {', '.join(stage_names())}")
+
+
+def stage_of(artifact: str) -> Stage:
+    """The stage that writes ``artifact``."""
+    for stage in TABLE:
+        if artifact in stage.outputs:
+            return stage
+    raise KeyError(f"no stage writes {artifact!r}")

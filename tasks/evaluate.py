@@ -1,0 +1,43 @@
+"""Prefect tasks of the held-out evaluation: one per benchmark, then the table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from populora_core.evaluation import stages
+from populora_core.evaluation.benchmarks import BENCHMARKS
+from populora_core.evaluation.stages import DEFAULT_DATA_DIR
+from populora_core.runs import open_run
+from populora_core.stages.summary import artifact_key
+
+__all__ = ["BENCHMARKS", "DEFAULT_DATA_DIR", "evaluate_benchmark", "evaluation_table"]
+
+
+@task(name="evaluate-benchmark", task_run_name="eval-{benchmark}-gen{generation}", cache_policy=NO_CACHE)
+def evaluate_benchmark(
+    run_dir: str, generation: int, benchmark: str, data_dir: str, limit: int | None, max_new_tokens: int, base: bool
+) -> dict:
+    """pass@1 completions of one benchmark, judged; skipped when its part exists."""
+    return stages.evaluate_benchmark(
+        open_run(run_dir),
+        generation,
+        benchmark,
+        data_dir=Path(data_dir),
+        limit=limit,
+        max_new_tokens=max_new_tokens,
+        include_base=base,
+    )
+
+
+@task(name="evaluation-table", task_run_name="eval-table-gen{generation}", cache_policy=NO_CACHE)
+def evaluation_table(run_dir: str, generation: int, parts: list[str]) -> dict:
+    """The pass@1 table of the benchmarks' parts, written and published in the UI."""
+    from prefect.artifacts import create_markdown_artifact
+
+    run = open_run(run_dir)
+    out = stages.evaluation_table(run, generation, parts)
+    create_markdown_artifact(key=artifact_key(run.run_id, generation, "-eval"), markdown=out["table"])
+    return out

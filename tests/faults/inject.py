@@ -1,0 +1,54 @@
+"""Kills the process half-way through writing a stage's artifact (see ``sitecustomize``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from populora_core.artifacts import TMP_MARK, to_table
+from populora_core.runs import RunDir
+from populora_core.stages.table import stage_of
+
+
+def _armed(once: str | None) -> bool:
+    if not once:
+        return True
+    try:
+        Path(once).touch(exist_ok=False)
+    except FileExistsError:
+        return False
+    return True
+
+
+def install(fault: str, once: str | None) -> None:
+    """Wraps ``RunDir.write``: the write of ``fault``'s (stage@generation) first artifact dies."""
+    stage, _, generation = fault.partition("@")
+    write = RunDir.write
+
+    def faulty(self: RunDir, g: int, name: str, frame) -> Path:
+        if stage_of(name).name == stage and g == int(generation) and _armed(once):
+            table = to_table(frame, name, run_id=self.run_id, generation=g)
+            self.gen(g).mkdir(parents=True, exist_ok=True)
+            partial = self.gen(g) / f".{name}.parquet{TMP_MARK}fault"
+            pq.write_table(table, partial)
+            with open(partial, "r+b") as fh:
+                fh.truncate(max(1, partial.stat().st_size // 2))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return write(self, g, name, frame)
+
+    RunDir.write = faulty
+
+
+def fault_env(env: dict[str, str], fault: str, once: Path | None = None) -> dict[str, str]:
+    """``env`` for a process that dies at ``fault`` (stage@generation)."""
+    here, repo = Path(__file__).resolve().parent, Path(__file__).resolve().parents[2]
+    paths = [str(here), str(repo), *filter(None, [env.get("PYTHONPATH")])]
+    return {
+        **env,
+        "PYTHONPATH": os.pathsep.join(paths),
+        "POPULORA_FAULT": fault,
+        **({"POPULORA_FAULT_ONCE": str(once)} if once else {}),
+    }

@@ -1,0 +1,17 @@
+"""Fault injection for the crash tests, loaded only by processes started with this
+directory on PYTHONPATH (``tests.faults.fault_env``); production code knows nothing of it.
+
+``POPULORA_FAULT=<stage>@<generation>`` makes the process SIGKILL itself while
+writing that stage's first artifact (half a temp file left on disk). With
+``POPULORA_FAULT_ONCE=<file>`` it fires only while the file does not exist (it is
+created first), so a retried flow run gets through.
+"""
+
+from __future__ import annotations
+
+import os
+
+if os.environ.get("POPULORA_FAULT"):
+    from tests.faults.inject import install
+
+    install(os.environ["POPULORA_FAULT"], os.environ.get("POPULORA_FAULT_ONCE"))
