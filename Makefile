@@ -24,7 +24,7 @@ server: setup
 server-stop:
 	@./scripts/prefect_server.sh stop
 
-## deploy: register prefect.yaml's deployments (train, generation, resume) with the local server
+## deploy: register prefect.yaml's deployments (train, generation, resume, analyze, evaluate) with the local server
 deploy: setup
 	PREFECT_API_URL=http://127.0.0.1:$${PREFECT_PORT:-4200}/api POPULORA_ROOT=$(CURDIR) \
 		$(BIN)/prefect --no-prompt deploy --all

@@ -1,10 +1,12 @@
 """What Prefect and the Parquet artifacts cost: one cpu-tiny generation two ways.
 
 - flow: ``flows.generation.generation_flow`` as the train flow runs it (a subflow,
-  ``flows.train.continue_run``) — ten Prefect tasks, every artifact written and
-  read back as Parquet, the UI table published, ``_SUCCESS`` written;
-- direct: the same stage-table functions called in one process, frames handed
-  over in memory, no Prefect, no Parquet.
+  ``flows.train.continue_run``) — a Prefect task per stage and ``finish``, every
+  artifact written and read back as Parquet, the UI table published, ``_SUCCESS``
+  written;
+- direct: the stage table's functions called in order in one process, frames
+  handed over in memory, no Prefect and no artifacts (the update and evolve stages
+  still write adapters into the run's directories, as the flow does).
 
 Both run the same generation 0 of fresh runs with the same config and seed (so the
 same samples, the same programs, the same updates), alternating, ``--repeats``
@@ -36,16 +38,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pandas as pd
 
 from populora_core.artifacts import read_artifact
-from populora_core.config import load_config
+from populora_core.config import RunConfig, load_config
 from populora_core.runs import RunDir, create_run
-from populora_core.runtime import get_runtime
+from populora_core.runtime import Runtime, get_runtime
 from populora_core.stages import runner, table
 
 
-def direct_generation(run: RunDir, runtime, config) -> dict[str, pd.DataFrame]:
+def direct_generation(run: RunDir, runtime: Runtime, config: RunConfig) -> dict[str, pd.DataFrame]:
     """Generation 0 of ``run``: the stage table's functions called in order, frames handed
     over in memory (adapters still go to the run's directories); returns the frames."""
-    runtime.serve({m.adapter_id: run.members_dir(0) / m.adapter_id for m in run.members(0)})
+    runtime.serve(run.adapter_dirs(0))
     frames: dict[str, pd.DataFrame] = {}
     for stage in table.TABLE:
         kwargs = {i: runner.INPUTS[i](run, 0) if i in runner.INPUTS else frames[i] for i in stage.inputs}

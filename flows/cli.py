@@ -25,7 +25,7 @@ import warnings
 from typing import get_args
 
 from flows import commands
-from populora_core.config import DEFAULT_MODEL, DEFAULT_PRESET, PRESETS, SandboxBackendName
+from populora_core.config import DEFAULT_MODEL, DEFAULT_PRESET, PRESETS, SandboxBackendName, SandboxConfig
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -87,6 +87,7 @@ def _add_run_parsers(sub) -> None:
 def _add_inspection_parsers(sub) -> None:
     """status, analyze, evaluate, runs."""
     from populora_core.evaluation.benchmarks import BENCHMARKS
+    from populora_core.evaluation.runner import DEFAULT_MAX_NEW_TOKENS
 
     status = sub.add_parser("status", help="what a run has done", description="Generations and stages of a run.")
     status.add_argument("run", help="run directory or run id")
@@ -115,7 +116,12 @@ def _add_inspection_parsers(sub) -> None:
     evaluate.add_argument("--benchmarks", help="comma-separated subset (default all): " + ",".join(BENCHMARKS))
     evaluate.add_argument("--limit", type=int, help="first N items of each benchmark (default all)")
     evaluate.add_argument("--data-dir", help="benchmark files in their published layout (default ../shared/data)")
-    evaluate.add_argument("--max-new-tokens", type=int, default=512, help="token cap per answer (default 512)")
+    evaluate.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=DEFAULT_MAX_NEW_TOKENS,
+        help=f"token cap per answer (default {DEFAULT_MAX_NEW_TOKENS})",
+    )
     evaluate.add_argument("--no-base", action="store_true", help="skip the base model")
     _add_run_options(evaluate)
     evaluate.set_defaults(func=commands.cmd_evaluate)
@@ -136,14 +142,19 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="validate proposals and judge answers in the sandbox")
     verify.add_argument("file", nargs="?", help='JSON lines of {"task_type": ..., "completion": ...}')
     verify.add_argument("--demo", action="store_true", help="run built-in sample proposals and answers")
+    sandbox = SandboxConfig()
     verify.add_argument(
         "--backend",
-        default="local",
+        default=sandbox.backend,
         choices=list(get_args(SandboxBackendName)),
-        help="sandbox backend (default local)",
+        help=f"sandbox backend (default {sandbox.backend})",
     )
-    verify.add_argument("--workers", type=int, default=2, help="sandbox workers (default 2)")
-    verify.add_argument("--timeout", type=float, default=2.0, help="seconds per program (default 2)")
+    verify.add_argument(
+        "--workers", type=int, default=sandbox.workers, help=f"sandbox workers (default {sandbox.workers})"
+    )
+    verify.add_argument(
+        "--timeout", type=float, default=sandbox.timeout_s, help=f"seconds per program (default {sandbox.timeout_s:g})"
+    )
     verify.set_defaults(func=commands.cmd_verify)
     models = sub.add_parser("models", help="list embedded models, or fetch one into the cache")
     models.add_argument(

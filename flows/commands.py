@@ -233,7 +233,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     console = Console()
     try:
         source = open_run(args.run, _runs_dir(args))
-        out = Path(args.out) if "/" in args.out else source.root.parent / args.out
+        out = source.sibling(args.out)
         new = prepare_replay(source, out, from_stage=args.from_stage, generation=args.generation, overrides=args.set)
     except _user_errors() as exc:
         return _error(console, exc)
@@ -302,7 +302,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         data = [load_run(open_run(r, _runs_dir(args)).root) for r in args.runs]
     except _user_errors() as exc:
         return _error(console, exc)
-    out = Path(args.out) if args.out else data[0].run.root / "report"
+    out = Path(args.out) if args.out else data[0].run.report_dir
     with console.status(f"drawing the report of {len(data)} run(s)"):
         written = write_report(data, out)
     console.print(written["summary"].read_text().split("\n## ")[0])

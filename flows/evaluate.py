@@ -6,7 +6,7 @@ from __future__ import annotations
 from prefect import flow
 
 from populora_core.runs import default_runs_dir, open_run
-from tasks.evaluate import BENCHMARKS, DEFAULT_DATA_DIR, evaluate_benchmark, evaluation_table
+from tasks.evaluate import BENCHMARKS, DEFAULT_DATA_DIR, DEFAULT_MAX_NEW_TOKENS, evaluate_benchmark, evaluation_table
 
 
 @flow(name="populora-evaluate")
@@ -16,7 +16,7 @@ def evaluate_flow(
     benchmarks: list[str] | None = None,
     limit: int | None = None,
     data_dir: str | None = None,
-    max_new_tokens: int = 512,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     include_base: bool = True,
 ) -> dict:
     """pass@1 (greedy) on ``benchmarks`` of the population that generation ``generation``

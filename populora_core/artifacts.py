@@ -21,6 +21,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from populora_core.metrics.complexity import METRIC_NAMES
+
 SCHEMA_VERSION = 2
 SUCCESS = "_SUCCESS"
 CONFIG_FILE = "config.yaml"
@@ -29,7 +31,7 @@ TMP_MARK = ".tmp-"
 
 _STR, _I32, _F64, _BOOL = pa.string(), pa.int32(), pa.float64(), pa.bool_()
 _STRS, _INTS, _F32S = pa.list_(pa.string()), pa.list_(pa.int32()), pa.list_(pa.float32())
-_COMPLEXITY = [("ast_depth", _F64), ("cyclomatic", _F64), ("loc", _F64), ("halstead", _F64)]
+_COMPLEXITY = [(name, _F64) for name in METRIC_NAMES]
 _PROBLEM = [
     ("problem_id", _STR),
     ("task_type", _STR),
@@ -218,8 +220,10 @@ def write_text_atomic(text: str, path: Path) -> Path:
 def write_dir_atomic(final: Path, fill: Callable[[Path], None], *, replace: bool = False) -> Path:
     """Builds a directory with ``fill(tmp)`` under a temp name beside ``final``, then renames
     it into place: a reader (or a resumed run) sees the whole directory or none. An existing
-    ``final`` is refused, or with ``replace`` removed first."""
+    ``final`` is refused (FileExistsError), or with ``replace`` removed first."""
     final = Path(final)
+    if final.exists() and not replace:
+        raise FileExistsError(f"{final} already exists")
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}{TMP_MARK}{uuid.uuid4().hex[:8]}")
     tmp.mkdir()

@@ -76,8 +76,7 @@ def prepare_replay(
             for src, dst in zip(
                 runner.stage_paths(source, generation, stage), runner.stage_paths(new, generation, stage), strict=True
             ):
-                if not dst.exists():  # the snapshot generation + 1 may be linked already
-                    _link(src, dst)
+                _link(src, dst)
 
     info = {k: v for k, v in source.info().items() if k != "run_id"} | {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

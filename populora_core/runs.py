@@ -27,7 +27,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +53,6 @@ from populora_core.population.adapters import (
     members_from_frame,
     save_population,
 )
-from populora_core.population.lora import LoraAdapter
 
 RUNS_DIR_ENV = "POPULORA_RUNS"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -99,6 +98,19 @@ class RunDir:
     def eval_dir(self, generation: int) -> Path:
         """Held-out evaluation of the snapshot ``generation``."""
         return self.root / "eval" / f"gen_{generation:04d}"
+
+    def eval_part(self, generation: int, benchmark: str, settings: str) -> Path:
+        """One benchmark's judged completions under one set of evaluation settings."""
+        return self.eval_dir(generation) / "parts" / f"{benchmark}-{settings}.parquet"
+
+    @property
+    def report_dir(self) -> Path:
+        """Where `populora analyze` writes the run's report by default."""
+        return self.root / "report"
+
+    def sibling(self, name: str) -> Path:
+        """A path named ``name`` next to this run (a path with a slash is taken as given)."""
+        return Path(name) if "/" in name else self.root.parent / name
 
     def generations(self) -> list[int]:
         """Generations with a directory, complete or not, in order."""
@@ -149,26 +161,17 @@ class RunDir:
         """Writes artifact ``name`` of ``generation`` atomically, stamped with the run id."""
         return write_artifact(frame, self.gen(generation), name, run_id=self.run_id, generation=generation)
 
+    def members_frame(self, generation: int) -> pd.DataFrame:
+        """Snapshot ``generation``'s population.parquet."""
+        return pd.read_parquet(self.members_dir(generation) / POPULATION_TABLE)
+
     def members(self, generation: int) -> list[Member]:
         """The members of snapshot ``generation``."""
-        return members_from_frame(pd.read_parquet(self.members_dir(generation) / POPULATION_TABLE))
+        return members_from_frame(self.members_frame(generation))
 
-    def save_snapshot(
-        self,
-        generation: int,
-        members: Sequence[Member],
-        adapters: Mapping[str, LoraAdapter],
-        *,
-        carry_optimizer_from: Path | None = None,
-    ) -> Path:
-        return save_population(
-            self.members_dir(generation),
-            generation,
-            members,
-            adapters,
-            base_model=str(self.model_path),
-            carry_optimizer_from=carry_optimizer_from,
-        )
+    def adapter_dirs(self, generation: int) -> dict[str, Path]:
+        """Adapter id → PEFT directory of every member of snapshot ``generation``."""
+        return {m.adapter_id: self.members_dir(generation) / m.adapter_id for m in self.members(generation)}
 
     def centroids(self) -> np.ndarray:
         """The run's CVT centroids (``cvt_centroids.parquet``), computed once from the run seed."""
@@ -212,12 +215,11 @@ def check_sandbox(config: RunConfig) -> None:
     get_backend(config.sandbox).check()
 
 
-def build_run(final: Path, config: RunConfig, info: dict, fill=None) -> RunDir:
+def build_run(final: Path, config: RunConfig, info: dict, fill: Callable[[RunDir], object] | None = None) -> RunDir:
     """Run directory ``final`` (config.yaml, run.json, then ``fill(RunDir)``), built under a
-    temp name and renamed into place: whole or not at all."""
+    temp name and renamed into place: whole or not at all. The caller checks that
+    ``final`` does not exist yet (``write_dir_atomic`` refuses it too)."""
     final = Path(final)
-    if final.exists():
-        raise ConfigError(f"{final} already exists; `populora resume {final}` continues it, or choose another name")
 
     def write(tmp: Path) -> None:
         run = RunDir(tmp)
@@ -250,7 +252,11 @@ def create_run(
     shapes = lora_shapes(json.loads((model_path / "config.json").read_text()), config.population.target_modules)
     members, adapters = create_population(config.population, config.rating, shapes, config.seed)
     info = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model_path": str(model_path), "preset": preset}
-    return build_run(final, config, info, lambda run: run.save_snapshot(0, members, adapters))
+
+    def fill(run: RunDir) -> None:
+        save_population(run.members_dir(0), 0, members, adapters, base_model=str(model_path))
+
+    return build_run(final, config, info, fill)
 
 
 def open_run(path: str | Path, runs_dir: Path | None = None) -> RunDir:

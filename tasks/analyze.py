@@ -20,7 +20,7 @@ def report(runs: list[str], out_dir: str | None = None) -> dict:
     from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
     data = [load_run(open_run(r, default_runs_dir()).root) for r in runs]
-    out = Path(out_dir) if out_dir else data[0].run.root / "report"
+    out = Path(out_dir) if out_dir else data[0].run.report_dir
     written = write_report(data, out)
     key = artifact_key("-vs-".join(d.label for d in data), 0).removesuffix("-gen-0000") + "-report"
     create_markdown_artifact(key=key, markdown=written["summary"].read_text(), description="PopuLoRA report")

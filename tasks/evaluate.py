@@ -9,11 +9,18 @@ from prefect.cache_policies import NO_CACHE
 
 from populora_core.evaluation import stages
 from populora_core.evaluation.benchmarks import BENCHMARKS
+from populora_core.evaluation.runner import DEFAULT_MAX_NEW_TOKENS
 from populora_core.evaluation.stages import DEFAULT_DATA_DIR
 from populora_core.runs import open_run
 from populora_core.stages.summary import artifact_key
 
-__all__ = ["BENCHMARKS", "DEFAULT_DATA_DIR", "evaluate_benchmark", "evaluation_table"]
+__all__ = [
+    "BENCHMARKS",
+    "DEFAULT_DATA_DIR",
+    "DEFAULT_MAX_NEW_TOKENS",
+    "evaluate_benchmark",
+    "evaluation_table",
+]  # the flow's defaults
 
 
 @task(name="evaluate-benchmark", task_run_name="eval-{benchmark}-gen{generation}", cache_policy=NO_CACHE)

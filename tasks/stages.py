@@ -34,7 +34,8 @@ def stage_task(name: str) -> Callable[[str, int], dict]:
 
     run.__name__ = run.__qualname__ = f"{name}_task"
     run.__doc__ = stage.fn.__doc__
-    return task(name=name, task_run_name=f"{name}-gen{{generation}}", cache_policy=NO_CACHE)(run)
+    tags = sorted(stage.resources)  # e.g. "gpu": a Prefect tag concurrency limit can cap such stages
+    return task(name=name, task_run_name=f"{name}-gen{{generation}}", cache_policy=NO_CACHE, tags=tags)(run)
 
 
 @task(name="finish", task_run_name="finish-gen{generation}", cache_policy=NO_CACHE)

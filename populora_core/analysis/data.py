@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 
 from populora_core.artifacts import ArtifactError
-from populora_core.population.adapters import POPULATION_TABLE
 from populora_core.runs import RunDir
 
 GATHERED = ("problems", "verdicts", "rewards", "ratings", "lineage", "coverage", "proposals")
@@ -54,7 +53,7 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
         if key not in summaries:
             summaries[key] = float("nan")
     population = pd.concat(
-        [pd.read_parquet(run.members_dir(g) / POPULATION_TABLE) for g in [*done, done[-1] + 1]],
+        [run.members_frame(g) for g in [*done, done[-1] + 1]],
         ignore_index=True,
     )
     return RunData(run=run, label=label or run.run_id, summaries=summaries, frames=frames, population=population)

@@ -15,6 +15,8 @@ from populora_core.inference.base import BASE, GenerationRequest, SamplingParams
 from populora_core.sandbox import Job
 
 RESULT_COLUMNS = ["benchmark", "item_id", "adapter_id", "correct", "detail", "completion"]
+DEFAULT_MAX_NEW_TOKENS = 512
+"""Token cap of one answer unless the caller gives another."""
 
 
 def judge(
@@ -51,7 +53,7 @@ def evaluate(
     items: Sequence[EvalItem],
     pool,
     *,
-    max_new_tokens: int = 512,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     timeout_s: float = 20.0,
 ) -> pd.DataFrame:
     """Greedy completions of every item by every adapter (``BASE`` for the base model), judged."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -21,7 +22,7 @@ def problem_row(problem: Problem) -> dict:
     }
 
 
-def row_problem(row) -> Problem:
+def row_problem(row: Any) -> Problem:
     """A ``Problem`` from a row (a namedtuple of ``itertuples``) holding ``problem_row``'s columns."""
     return Problem(
         task_type=row.task_type,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
@@ -31,6 +32,9 @@ from populora_core.rewards import solve_rate, student_reward, teacher_reward
 from populora_core.seeding import derive_seed
 from populora_core.training.grpo import advantage_groups, compute_advantages
 from populora_core.training.trainer import Rollout
+
+if TYPE_CHECKING:
+    from populora_core.runtime import Trainer
 
 
 # reward --------------------------------------------------------------------------
@@ -145,7 +149,7 @@ def update(
     rollouts: pd.DataFrame,
     updated_dir: Path,
     base_model: str,
-    trainer,
+    trainer: Trainer,
     config: RunConfig,
     generation: int,
 ) -> pd.DataFrame:

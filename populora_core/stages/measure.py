@@ -17,7 +17,7 @@ from populora_core.stages.play import teachers
 
 def measure(
     *,
-    buffers: pd.DataFrame,
+    start_buffers: pd.DataFrame,
     problems: pd.DataFrame,
     verdicts: pd.DataFrame,
     lineage: pd.DataFrame,
@@ -27,7 +27,7 @@ def measure(
     generation: int,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the next generation's buffers, this generation's coverage table)."""
-    carried = next_buffers(buffers, problems, lineage, next_members, config, generation)
+    carried = next_buffers(start_buffers, problems, lineage, next_members, config, generation)
     return carried, summarize(problems, verdicts, earlier_cells, config.coverage.cells)
 
 

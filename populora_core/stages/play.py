@@ -16,7 +16,7 @@ import pandas as pd
 
 from populora_core.artifacts import columns
 from populora_core.config import RunConfig
-from populora_core.inference.base import GenerationRequest, SamplingParams
+from populora_core.inference.base import Backend, GenerationRequest, SamplingParams
 from populora_core.metrics.complexity import METRIC_NAMES, complexity_metrics
 from populora_core.metrics.coverage import problem_cells
 from populora_core.population.adapters import Member
@@ -33,6 +33,7 @@ from populora_core.problems import (
     teacher_prompt,
     validate_proposals,
 )
+from populora_core.sandbox import SandboxPool
 from populora_core.seeding import derive_seed, numpy_generator
 
 
@@ -74,14 +75,19 @@ def _sampling(config: RunConfig, max_new_tokens: int) -> SamplingParams:
 
 
 def propose(
-    *, members: Sequence[Member], buffers: pd.DataFrame, backend, config: RunConfig, generation: int
+    *,
+    members: Sequence[Member],
+    start_buffers: pd.DataFrame,
+    backend: Backend,
+    config: RunConfig,
+    generation: int,
 ) -> pd.DataFrame:
     """Each teacher samples ``budget.proposals_per_teacher`` proposals, task types in
     turn, each prompt showing K reference problems from the teacher's buffer."""
     types = config.problems.task_types
     rows, requests = [], []
     for t in teachers(members):
-        buffer = buffers[buffers["teacher_id"] == t.adapter_id]
+        buffer = start_buffers[start_buffers["teacher_id"] == t.adapter_id]
         for i in range(config.play_budget.proposals_per_teacher):
             task_type = types[i % len(types)]
             rng = numpy_generator(config.seed, generation, t.adapter_id, i, "references")
@@ -125,8 +131,8 @@ def _completion_columns(c) -> dict:
 def validate(
     *,
     proposals: pd.DataFrame,
-    buffers: pd.DataFrame,
-    pool,
+    start_buffers: pd.DataFrame,
+    pool: SandboxPool,
     config: RunConfig,
     generation: int,
     centroids: np.ndarray,
@@ -140,7 +146,7 @@ def validate(
     results = validate_proposals(
         list(zip(proposals["task_type"], proposals["completion"], strict=True)), pool, config.problems
     )
-    known = set(zip(buffers["teacher_id"], buffers["problem_id"], strict=True))
+    known = set(zip(start_buffers["teacher_id"], start_buffers["problem_id"], strict=True))
     rows = []
     seen: set[tuple[str, str]] = set()
     for prop, res in zip(proposals.itertuples(index=False), results, strict=True):
@@ -164,7 +170,7 @@ def validate(
             )
         rows.append(row)
     for teacher_id in dict.fromkeys(proposals["teacher_id"]):
-        rows += _top_ups(teacher_id, rows, buffers, seen, config, generation)
+        rows += _top_ups(teacher_id, rows, start_buffers, seen, config, generation)
     frame = pd.DataFrame(rows, columns=[c for c in columns("problems") if c != "cvt_cell"])
     cells = problem_cells(list(frame["program"]), centroids)
     frame["cvt_cell"] = np.where(frame["valid"].to_numpy(dtype=bool), cells, -1)
@@ -232,7 +238,7 @@ def samples_per_problem(work: list[tuple[str, str, Problem]], per_match: int, g:
 
 
 def solve(
-    *, problems: pd.DataFrame, pairings: pd.DataFrame, backend, config: RunConfig, generation: int
+    *, problems: pd.DataFrame, pairings: pd.DataFrame, backend: Backend, config: RunConfig, generation: int
 ) -> pd.DataFrame:
     """Each paired student samples G solutions of each of its teacher's problems. A teacher
     with fewer problems than ``budget.problems_per_match`` (a young buffer) gets the same
@@ -271,7 +277,9 @@ def solve(
 
 
 # verify --------------------------------------------------------------------------
-def verify(*, rollouts: pd.DataFrame, problems: pd.DataFrame, pool, config: RunConfig, generation: int) -> pd.DataFrame:
+def verify(
+    *, rollouts: pd.DataFrame, problems: pd.DataFrame, pool: SandboxPool, config: RunConfig, generation: int
+) -> pd.DataFrame:
     """Every solution judged in the sandbox: correct, wrong or format_error."""
     valid = problems[problems["valid"]].drop_duplicates(["teacher_id", "problem_id"])
     by_key = {(r.teacher_id, r.problem_id): row_problem(r) for r in valid.itertuples(index=False)}

@@ -39,7 +39,7 @@ def _earlier_cells(run: RunDir, g: int) -> pd.DataFrame:
 INPUTS: dict[str, Callable[[RunDir, int], object]] = {
     "members": lambda run, g: run.members(g),
     "next_members": lambda run, g: run.members(g + 1),
-    "buffers": _buffers,
+    "start_buffers": _buffers,
     "centroids": lambda run, g: run.centroids(),
     "earlier_cells": _earlier_cells,
     "members_dir": lambda run, g: run.members_dir(g),
@@ -61,7 +61,7 @@ def _heavy(run: RunDir, generation: int, need: str) -> object:
 
     runtime = get_runtime(run.config(), run.model_path)
     if need == "backend":
-        runtime.serve({m.adapter_id: run.members_dir(generation) / m.adapter_id for m in run.members(generation)})
+        runtime.serve(run.adapter_dirs(generation))
     return getattr(runtime, need)
 
 

@@ -39,16 +39,20 @@ class Stage:
     needs: tuple[Need, ...] = ()
     resources: dict[str, float] = field(default_factory=dict)
     """What one execution occupies, for a scheduler: ``gpu`` (generation, training),
-    ``sandbox`` (programs run); empty is light CPU work."""
+    ``sandbox`` (programs run); empty is light CPU work. The stage's Prefect task carries
+    each name as a tag, so a tag concurrency limit (``prefect concurrency-limit create
+    gpu 1``) caps how many such stages run at once across flow runs."""
 
 
 TABLE: tuple[Stage, ...] = (
     Stage("pair", play.pair, ("members",), ("pairings",)),
-    Stage("propose", play.propose, ("members", "buffers"), ("proposals",), needs=("backend",), resources={"gpu": 1}),
+    Stage(
+        "propose", play.propose, ("members", "start_buffers"), ("proposals",), needs=("backend",), resources={"gpu": 1}
+    ),
     Stage(
         "validate",
         play.validate,
-        ("proposals", "buffers", "centroids"),
+        ("proposals", "start_buffers", "centroids"),
         ("problems",),
         needs=("pool",),
         resources={"sandbox": 1},
@@ -76,7 +80,7 @@ TABLE: tuple[Stage, ...] = (
     Stage(
         "measure",
         measure.measure,
-        ("buffers", "problems", "verdicts", "lineage", "next_members", "earlier_cells"),
+        ("start_buffers", "problems", "verdicts", "lineage", "next_members", "earlier_cells"),
         ("buffers", "coverage"),
     ),
 )

@@ -43,7 +43,7 @@ def test_a_copy_of_a_seed_or_of_a_buffer_problem_is_a_repeat_not_a_fresh_problem
     )
     problems = validate(
         proposals=proposals,
-        buffers=seed_buffers(["t"]),
+        start_buffers=seed_buffers(["t"]),
         pool=local_pool,
         config=config,
         generation=0,
@@ -64,7 +64,7 @@ def test_a_copy_of_a_seed_or_of_a_buffer_problem_is_a_repeat_not_a_fresh_problem
     bad = proposals.assign(completion=[copy, "no answer here", new])
     problems = validate(
         proposals=bad,
-        buffers=seed_buffers(["t"]),
+        start_buffers=seed_buffers(["t"]),
         pool=local_pool,
         config=azr,
         generation=0,

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from populora_core.artifacts import TMP_MARK, to_table
 from populora_core.runs import RunDir
-from populora_core.stages.table import stage_of
+from populora_core.stages.table import get_stage
 
 
 def _armed(once: str | None) -> bool:
@@ -26,10 +26,11 @@ def _armed(once: str | None) -> bool:
 def install(fault: str, once: str | None) -> None:
     """Wraps ``RunDir.write``: the write of ``fault``'s (stage@generation) first artifact dies."""
     stage, _, generation = fault.partition("@")
+    outputs = get_stage(stage).outputs
     write = RunDir.write
 
     def faulty(self: RunDir, g: int, name: str, frame) -> Path:
-        if stage_of(name).name == stage and g == int(generation) and _armed(once):
+        if g == int(generation) and name in outputs and _armed(once):
             table = to_table(frame, name, run_id=self.run_id, generation=g)
             self.gen(g).mkdir(parents=True, exist_ok=True)
             partial = self.gen(g) / f".{name}.parquet{TMP_MARK}fault"
@@ -45,7 +46,7 @@ def install(fault: str, once: str | None) -> None:
 def fault_env(env: dict[str, str], fault: str, once: Path | None = None) -> dict[str, str]:
     """``env`` for a process that dies at ``fault`` (stage@generation)."""
     here, repo = Path(__file__).resolve().parent, Path(__file__).resolve().parents[2]
-    paths = [str(here), str(repo), *filter(None, [env.get("PYTHONPATH")])]
+    paths = [str(here), str(repo), *filter(None, [env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))])]
     return {
         **env,
         "PYTHONPATH": os.pathsep.join(paths),

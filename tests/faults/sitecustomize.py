@@ -1,5 +1,5 @@
 """Fault injection for the crash tests, loaded only by processes started with this
-directory on PYTHONPATH (``tests.faults.fault_env``); production code knows nothing of it.
+directory on PYTHONPATH (``tests.faults.inject.fault_env``); production code knows nothing of it.
 
 ``POPULORA_FAULT=<stage>@<generation>`` makes the process SIGKILL itself while
 writing that stage's first artifact (half a temp file left on disk). With
@@ -12,6 +12,10 @@ from __future__ import annotations
 import os
 
 if os.environ.get("POPULORA_FAULT"):
-    from tests.faults.inject import install
+    try:
+        from tests.faults.inject import install
 
-    install(os.environ["POPULORA_FAULT"], os.environ.get("POPULORA_FAULT_ONCE"))
+        install(os.environ["POPULORA_FAULT"], os.environ.get("POPULORA_FAULT_ONCE"))
+    except BaseException as exc:  # noqa: BLE001 - site.py would swallow it; the test would fail obscurely
+        print(f"tests/faults: could not install the fault hook: {exc!r}", flush=True)
+        os._exit(97)

@@ -64,3 +64,23 @@ def test_evaluate_scores_base_and_every_adapter_through_the_flow(reference_run, 
     for stat in ("mean", "min", "max"):
         assert (table["adapter_id"] == f"population {stat}").sum() == 3
     assert "pass@1" in result.stdout or "adapter" in result.stdout
+    # one part per benchmark; a second evaluation with the same settings judges nothing again
+    parts = sorted((out / "parts").glob("*.parquet"))
+    assert [p.name.split("-")[0] for p in parts] == ["cruxeval_o", "gsm8k", "humaneval"]
+    stamps = {p: p.stat().st_mtime_ns for p in parts}
+    again = populora(
+        [
+            "evaluate",
+            str(reference_run.root),
+            "--limit",
+            "1",
+            "--benchmarks",
+            "humaneval,cruxeval_o,gsm8k",
+            "--max-new-tokens",
+            "16",
+        ],
+        prefect_server,
+    )
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in parts} == stamps
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "results.parquet"), results)
