@@ -1,13 +1,14 @@
 """Population versus single-agent baseline: the experiment of the PopuLoRA paper, on the CPU.
 
-Trains ``--preset`` (default cpu-small: 4 teachers + 4 students) and its compute-matched
+Trains ``--preset`` (default cpu-arms-race: 2 teachers + 2 students) and its compute-matched
 baseline (``<preset>-baseline``: one adapter proposing and solving) generation by
 generation, alternating, so both have the same number of generations whenever it is
 stopped; then writes the comparison report (``populora analyze`` of both). Long: not in CI.
 Re-running with the same ``--out`` continues both runs. Final line: JSON with each
-run's headline figures (solve-rate trend, complexity slopes, coverage).
+run's headline figures (solve-rate trend, complexity slopes, coverage) and the median
+wall-clock of a generation of each (goal: population + baseline ≤ ~6 min on 2 cores).
 
-    python benchmarks/arms_race.py --generations 6 [--preset cpu-small] [--out runs/arms-race]
+    python benchmarks/arms_race.py --generations 30 [--preset cpu-arms-race] [--out runs/arms-race]
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from populora_core.runs import RunDir, create_run
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--generations", type=int, default=4)
-    parser.add_argument("--preset", default="cpu-small")
+    parser.add_argument("--preset", default="cpu-arms-race")
     parser.add_argument("--out", default="runs/arms-race")
     args = parser.parse_args()
 
@@ -63,7 +64,17 @@ def main() -> None:
     data = [load_run(run.root, label=name) for name, run in runs.items()]
     written = write_report(data, out / "report")
     print(f"report: {written['html']}", file=sys.stderr)
-    print(json.dumps({"report": str(written["html"]), "runs": [headline(d) for d in data]}))
+    seconds = {d.label: float(d.summaries["wall_seconds"].median()) for d in data}
+    print(
+        json.dumps(
+            {
+                "report": str(written["html"]),
+                "median_generation_s": seconds,
+                "population_plus_baseline_s": sum(seconds.values()),
+                "runs": [headline(d) for d in data],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -160,10 +160,11 @@ def _runs_dir(args: argparse.Namespace) -> Path:
 def _generations_table(run) -> object:
     from rich.table import Table
 
-    from populora_core.stages.summary import updated_count
+    from populora_core.stages.summary import pct, updated_count
 
     table = Table(title=f"{run.run_id}: generations")
-    for col in ("gen", "valid", "solved", "fmt err", "T reward", "updated", "cov/all", "repl", "sec", "resumed"):
+    columns = ("gen", "valid", "solved", "fresh", "fmt err", "T reward", "updated", "cov/all", "repl", "sec", "resumed")
+    for col in columns:
         table.add_column(col, justify="right")
     for s in run.summaries():
         rewards = list(s["teacher_reward"].values())
@@ -171,6 +172,7 @@ def _generations_table(run) -> object:
             str(s["generation"]),
             f"{s['valid_rate']:.0%}",
             f"{s['solve_rate']:.0%}",
+            pct(s.get("fresh_solve_rate", float("nan"))),
             f"{s['format_error_rate']:.0%}",
             f"{sum(rewards) / len(rewards):+.2f}" if rewards else "",
             updated_count(s),

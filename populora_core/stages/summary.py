@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from populora_core.artifacts import artifacts_in
 from populora_core.metrics.complexity import METRIC_NAMES
+from populora_core.metrics.dynamics import TRIVIAL_DEPTH, problem_triviality, solve_rates_by_source
 from populora_core.runs import RunDir
 
 
@@ -27,6 +28,8 @@ def generation_summary(run: RunDir, generation: int, records: Mapping[str, dict]
         "valid_rate": float(fresh["valid"].mean()) if len(fresh) else 0.0,
         "solutions": len(verdicts),
         "solve_rate": float((verdicts["status"] == "correct").mean()) if len(verdicts) else 0.0,
+        **solve_rates_by_source(problems, verdicts),
+        "triviality": problem_triviality(problems),
         "format_error_rate": float((verdicts["status"] == "format_error").mean()) if len(verdicts) else 0.0,
         "solve_rate_per_student": {k: float(v) for k, v in students.items()},
         "teacher_reward": {k: float(v) for k, v in teachers.items()},
@@ -96,6 +99,7 @@ def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
             f"{r['conservative']:.2f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", *_dynamics_lines(summary)]
     means = ", ".join(f"{k} {summary[f'{k}_mean']:.1f}" for k in METRIC_NAMES)
     lines += ["", f"Complexity of valid proposals (means): {means}"]
     lines += [f"CVT coverage: {summary['coverage']:.1%} this generation, {summary['cumulative_coverage']:.1%} so far"]
@@ -104,6 +108,27 @@ def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
     lines += ["", "Artifacts:"]
     lines += [f"- [{p.name}]({p.resolve().as_uri()})" for p in artifacts_in(run.gen(generation))]
     return "\n".join(lines)
+
+
+def _dynamics_lines(summary: dict) -> list[str]:
+    """Fresh-problem solve rate beside the top-ups', and how trivial the fresh problems are
+    (absent from summaries written before these figures existed)."""
+    if "fresh_solve_rate" not in summary:
+        return []
+    t = summary["triviality"]
+    return [
+        f"Fresh problems (this generation's valid proposals): solved **{pct(summary['fresh_solve_rate'])}** of "
+        f"{summary['fresh_solutions']} solutions, mean ρ {pct(summary['fresh_rho_mean'])}; buffer and seed "
+        f"top-ups: solved {pct(summary['topup_solve_rate'])} of {summary['topup_solutions']}.",
+        f"Triviality of fresh valid programs: identity {pct(t['identity'])}, constant {pct(t['constant'])}, "
+        f"output = input {pct(t['output_is_input'])}, AST depth ≤ {TRIVIAL_DEPTH} {pct(t['shallow'])}, "
+        f"distinct {pct(t['distinct'])}.",
+    ]
+
+
+def pct(value: float) -> str:
+    """A share as a whole percentage, or a dash for NaN (nothing to measure)."""
+    return "–" if value != value else f"{value:.0%}"
 
 
 def _update_cell(summary: dict, adapter_id: str) -> str:
@@ -120,7 +145,8 @@ def one_line(generation: int, summary: dict) -> str:
     mean_reward = sum(rewards) / len(rewards) if rewards else float("nan")
     return (
         f"gen {generation:>3} | valid {summary['valid_rate']:4.0%} | solved {summary['solve_rate']:4.0%} "
-        f"(format err {summary['format_error_rate']:4.0%}) | teacher reward {mean_reward:+.2f} | "
+        f"(fresh {pct(summary.get('fresh_solve_rate', float('nan'))):>4}, "
+        f"format err {summary['format_error_rate']:4.0%}) | teacher reward {mean_reward:+.2f} | "
         f"updated {updated_count(summary)} | "
         f"coverage {summary['coverage']:.1%} (all {summary['cumulative_coverage']:.1%}) | "
         f"replaced {len(summary['replaced'])} | {summary['seconds']:.0f} s"

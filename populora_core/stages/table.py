@@ -39,9 +39,8 @@ class Stage:
     needs: tuple[Need, ...] = ()
     resources: dict[str, float] = field(default_factory=dict)
     """What one execution occupies, for a scheduler: ``gpu`` (generation, training),
-    ``sandbox`` (programs run); empty is light CPU work. The stage's Prefect task carries
-    each name as a tag, so a tag concurrency limit (``prefect concurrency-limit create
-    gpu 1``) caps how many such stages run at once across flow runs."""
+    ``sandbox`` (programs run); empty is light CPU work. For a scheduler that places
+    stages on nodes; the single-process flow runs stages in order and ignores it."""
 
 
 TABLE: tuple[Stage, ...] = (
