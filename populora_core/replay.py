@@ -66,8 +66,9 @@ def prepare_replay(
             )
 
     def fill(new: RunDir) -> None:
-        if source.centroids_file.is_file():
-            _link(source.centroids_file, new.centroids_file)
+        for path in (source.centroids_file, source.calibration_file):
+            if path.is_file():
+                _link(path, new.root / path.name)
         for g in range(generation + 1):
             _link(source.members_dir(g), new.members_dir(g))
         for g in range(generation):

@@ -43,6 +43,7 @@ from populora_core.artifacts import (
     write_artifact,
     write_dir_atomic,
     write_parquet_atomic,
+    write_text_atomic,
 )
 from populora_core.config import ConfigError, RunConfig, config_to_yaml, load_config
 from populora_core.population.adapters import (
@@ -79,6 +80,10 @@ class RunDir:
     @property
     def centroids_file(self) -> Path:
         return self.root / "cvt_centroids.parquet"
+
+    @property
+    def calibration_file(self) -> Path:
+        return self.root / "cvt_calibration.json"
 
     @property
     def population(self) -> Path:
@@ -174,14 +179,22 @@ class RunDir:
         return {m.adapter_id: self.members_dir(generation) / m.adapter_id for m in self.members(generation)}
 
     def centroids(self) -> np.ndarray:
-        """The run's CVT centroids (``cvt_centroids.parquet``), computed once from the run seed."""
-        from populora_core.metrics.coverage import DESCRIPTOR_NAMES, cvt_centroids
+        """The run's CVT centroids (``cvt_centroids.parquet``), computed once from the run seed,
+        with the descriptor calibration they are used with (``cvt_calibration.json``)."""
+        from populora_core.metrics.coverage import DESCRIPTOR_NAMES, REFERENCE_CALIBRATION, cvt_centroids
 
         if not self.centroids_file.is_file():
             config = self.config()
             centroids = cvt_centroids(config.coverage.cells, config.seed, config.coverage.samples)
+            write_text_atomic(json.dumps(REFERENCE_CALIBRATION, indent=2), self.calibration_file)
             write_parquet_atomic(pd.DataFrame(centroids, columns=list(DESCRIPTOR_NAMES)), self.centroids_file)
         return pd.read_parquet(self.centroids_file).to_numpy(dtype=np.float64)
+
+    def calibration(self) -> dict[str, float] | None:
+        """The descriptor calibration the run measures coverage with; None for a run made
+        before calibration existed (its coverage used the old clipped scales)."""
+        self.centroids()
+        return json.loads(self.calibration_file.read_text()) if self.calibration_file.is_file() else None
 
     def summaries(self) -> list[dict]:
         """The ``_SUCCESS`` summary of every complete generation, in order."""

@@ -2,17 +2,25 @@
 
 Descriptor (8 numbers, each in [0, 1]) of a program's source:
 
-    depth      AST depth / 12                     (every entry clipped to [0, 1])
-    branches   (cyclomatic complexity − 1) / 7
-    lines      (source lines − 1) / 24
-    volume     log(1 + Halstead volume) / log(1 + 1000)
+    depth      AST depth                 log(1 + u) / log(1 + U), u = value − floor,
+    branches   cyclomatic complexity     U calibrated (see below), clipped to [0, 1]
+    lines      source lines
+    volume     log(1 + Halstead volume)  u / U (already a logarithm)
     control    3 × share of AST nodes that are control flow (if, for, while, try, with, return, …)
     data       3 × share that build or index data (displays, comprehensions, subscripts, slices)
     calls      3 × share that are calls, lambdas or function definitions
     arith      3 × share that are arithmetic, comparison or boolean operators
 
-The scales put the programs small models write (depth 5–12, 2–25 lines, node
-shares up to a third) across the unit cube the CVT centroids fill.
+Calibration: U is twice the largest u over a fixed reference corpus of human-written
+programs (the 800 CRUXEval functions and the 974 MBPP solutions,
+``REFERENCE_CALIBRATION``; ``calibrate`` recomputes it): AST depth up to 32, 31
+branches, 99 lines, Halstead volume ~270,000 before an entry clips, where the old
+fixed scales clipped at depth 12, 8 branches, 25 lines and volume 1,000, which 7B
+models' programs pass. The logarithm keeps small programs (most of what small models
+write) spread out. So coverage stays comparable across runs and model sizes. A run
+stores the calibration it measured with (``cvt_calibration.json``); runs made before
+it existed (no file) keep the old scales (depth / 12, (cyclomatic − 1) / 7,
+(lines − 1) / 24, log(1 + volume) / log 1001).
 
 The first four say how big and branchy a program is, the last four what it is
 made of; ``return x * 3`` and a nested loop over a dict land in different cells.
@@ -63,8 +71,55 @@ _CALLS = (ast.Call, ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)
 _ARITH = (ast.BinOp, ast.UnaryOp, ast.AugAssign, ast.Compare, ast.BoolOp)
 
 
-def descriptor(source: str) -> np.ndarray | None:
-    """The 8-number descriptor of ``source`` (see the module docstring); None if it does not parse."""
+SIZE_METRICS: tuple[str, ...] = ("ast_depth", "cyclomatic", "loc", "halstead")
+FLOORS: dict[str, float] = {"ast_depth": 4.0, "cyclomatic": 1.0, "loc": 1.0, "halstead": 0.0}
+"""The smallest value of each size metric (``def f(): return 1`` has AST depth 4); Halstead as log(1 + V)."""
+
+Calibration = dict[str, float]
+"""Size metric → U, twice the largest value − floor over a reference corpus."""
+
+REFERENCE_CALIBRATION: Calibration = {"ast_depth": 28.0, "cyclomatic": 30.0, "loc": 98.0, "halstead": 12.52}
+"""``calibrate`` of the CRUXEval (800) and MBPP (974) programs in ../shared/data (a test recomputes it)."""
+
+
+def _size(metric: str, metrics: dict[str, float]) -> float:
+    value = metrics[metric]
+    if math.isnan(value):
+        return FLOORS[metric]
+    return math.log1p(max(0.0, value)) if metric == "halstead" else value
+
+
+def calibrate(programs: Iterable[str]) -> Calibration:
+    """U per size metric: twice the largest distance above its floor over ``programs``
+    (rounded to 2 decimals)."""
+    rows = [complexity_metrics(p) for p in programs]
+    return {
+        k: round(2.0 * max(max(0.0, _size(k, m) - FLOORS[k]) for m in rows if not math.isnan(m[k])), 2)
+        for k in SIZE_METRICS
+    }
+
+
+def _legacy_sizes(m: dict[str, float], scaled) -> list[float]:
+    halstead = m["halstead"] if not math.isnan(m["halstead"]) else 0.0
+    return [
+        scaled(m["ast_depth"], 0.0, 12.0),
+        scaled(m["cyclomatic"], 1.0, 8.0),
+        scaled(m["loc"], 1.0, 25.0),
+        scaled(math.log1p(max(0.0, halstead)), 0.0, math.log1p(1000.0)),
+    ]
+
+
+def _calibrated_sizes(m: dict[str, float], calibration: Calibration) -> list[float]:
+    out = []
+    for k in SIZE_METRICS:
+        u, top = max(0.0, _size(k, m) - FLOORS[k]), calibration[k]
+        out.append(min(1.0, u / top if k == "halstead" else math.log1p(u) / math.log1p(top)))
+    return out
+
+
+def descriptor(source: str, calibration: Calibration | None = None) -> np.ndarray | None:
+    """The 8-number descriptor of ``source`` (see the module docstring), the size entries
+    calibrated by ``calibration`` (None: the old clipped scales); None if it does not parse."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -79,19 +134,8 @@ def descriptor(source: str) -> np.ndarray | None:
     def share(kinds: tuple[type, ...]) -> float:
         return scaled(3.0 * sum(isinstance(x, kinds) for x in nodes) / n, 0.0, 1.0)
 
-    halstead = m["halstead"] if not math.isnan(m["halstead"]) else 0.0
-    return np.array(
-        [
-            scaled(m["ast_depth"], 0.0, 12.0),
-            scaled(m["cyclomatic"], 1.0, 8.0),
-            scaled(m["loc"], 1.0, 25.0),
-            scaled(math.log1p(max(0.0, halstead)), 0.0, math.log1p(1000.0)),
-            share(_CONTROL),
-            share(_DATA),
-            share(_CALLS),
-            share(_ARITH),
-        ]
-    )
+    sizes = _legacy_sizes(m, scaled) if calibration is None else _calibrated_sizes(m, calibration)
+    return np.array([*sizes, share(_CONTROL), share(_DATA), share(_CALLS), share(_ARITH)])
 
 
 def cvt_centroids(cells: int, seed: int, samples: int = 20_000) -> np.ndarray:
@@ -118,9 +162,9 @@ def cells_of(descriptors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     return np.asarray(archive.index_of(np.asarray(descriptors, dtype=np.float64)), dtype=np.int64)
 
 
-def problem_cells(programs: Sequence[str], centroids: np.ndarray) -> np.ndarray:
+def problem_cells(programs: Sequence[str], centroids: np.ndarray, calibration: Calibration | None = None) -> np.ndarray:
     """CVT cell per program (−1 for a program that does not parse)."""
-    rows = [descriptor(p) for p in programs]
+    rows = [descriptor(p, calibration) for p in programs]
     ok = [i for i, d in enumerate(rows) if d is not None]
     out = np.full(len(rows), -1, dtype=np.int64)
     if ok:

@@ -18,7 +18,7 @@ from populora_core.artifacts import columns
 from populora_core.config import RunConfig
 from populora_core.inference.base import Backend, GenerationRequest, SamplingParams
 from populora_core.metrics.complexity import METRIC_NAMES, complexity_metrics
-from populora_core.metrics.coverage import problem_cells
+from populora_core.metrics.coverage import Calibration, problem_cells
 from populora_core.population.adapters import Member
 from populora_core.population.rating import make_pairings
 from populora_core.problems import (
@@ -136,13 +136,14 @@ def validate(
     config: RunConfig,
     generation: int,
     centroids: np.ndarray,
+    calibration: Calibration | None,
 ) -> pd.DataFrame:
     """Proposals judged in the sandbox (gold outputs from two runs). A problem already
     in the teacher's buffer (a seed or an earlier proposal; ids are content hashes) is a
     ``repeat``, a second copy within the generation a ``duplicate``: neither is fresh or
     valid. Then each teacher's problem set is topped up from its buffer to
     ``play_budget.problems_per_match`` so every student has work. Valid problems get their
-    CVT cell (``metrics.coverage``); invalid ones −1."""
+    CVT cell (``metrics.coverage``, under the run's descriptor calibration); invalid ones −1."""
     results = validate_proposals(
         list(zip(proposals["task_type"], proposals["completion"], strict=True)), pool, config.problems
     )
@@ -172,7 +173,7 @@ def validate(
     for teacher_id in dict.fromkeys(proposals["teacher_id"]):
         rows += _top_ups(teacher_id, rows, start_buffers, seen, config, generation)
     frame = pd.DataFrame(rows, columns=[c for c in columns("problems") if c != "cvt_cell"])
-    cells = problem_cells(list(frame["program"]), centroids)
+    cells = problem_cells(list(frame["program"]), centroids, calibration)
     frame["cvt_cell"] = np.where(frame["valid"].to_numpy(dtype=bool), cells, -1)
     return frame
 

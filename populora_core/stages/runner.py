@@ -41,6 +41,7 @@ INPUTS: dict[str, Callable[[RunDir, int], object]] = {
     "next_members": lambda run, g: run.members(g + 1),
     "start_buffers": _buffers,
     "centroids": lambda run, g: run.centroids(),
+    "calibration": lambda run, g: run.calibration(),
     "earlier_cells": _earlier_cells,
     "members_dir": lambda run, g: run.members_dir(g),
     "updated_dir": lambda run, g: run.updated(g),

@@ -51,7 +51,7 @@ TABLE: tuple[Stage, ...] = (
     Stage(
         "validate",
         play.validate,
-        ("proposals", "start_buffers", "centroids"),
+        ("proposals", "start_buffers", "centroids", "calibration"),
         ("problems",),
         needs=("pool",),
         resources={"sandbox": 1},

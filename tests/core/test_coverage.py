@@ -61,3 +61,36 @@ def test_unparseable_programs_are_no_cell(centroids):
     cells = problem_cells(["def f(:", IDENTITY], centroids)
     assert cells[0] == -1 and cells[1] >= 0
     assert coverage([-1, -1], 1024) == 0.0
+
+
+def _reference_programs() -> list[str]:
+    import json
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[3] / "shared" / "data"
+    programs = [json.loads(line)["code"] for line in (data / "cruxeval" / "cruxeval.jsonl").read_text().splitlines()]
+    return programs + [json.loads(line)["code"] for line in (data / "mbpp" / "mbpp.jsonl").read_text().splitlines()]
+
+
+def test_the_reference_calibration_is_the_corpus_median():
+    from populora_core.metrics.coverage import REFERENCE_CALIBRATION, calibrate
+
+    assert calibrate(_reference_programs()) == pytest.approx(REFERENCE_CALIBRATION)
+
+
+def _deep(branches: int) -> str:
+    body = "".join(f"    if xs[{i}] > {i}:\n        xs[{i}] += {i} * xs[0]\n" for i in range(branches))
+    return f"def f(xs):\n{body}    return xs"
+
+
+def test_calibrated_sizes_keep_growing_where_the_old_scales_clipped(centroids):
+    from populora_core.metrics.coverage import REFERENCE_CALIBRATION
+
+    sizes = slice(0, 4)  # depth, branches, lines, volume
+    grown = [_deep(n) for n in (3, 10, 20)]  # 8, 22 and 42 lines
+    old = [descriptor(p)[sizes] for p in grown]
+    new = [descriptor(p, REFERENCE_CALIBRATION)[sizes] for p in grown]
+    assert old[1][1] == old[2][1] == old[2][2] == 1.0  # clipped: 10 and 20 branches look alike, 42 lines = 25
+    assert (new[2][1:] > new[1][1:]).all() and (new[1][1:] > new[0][1:]).all() and (new[2] < 1.0).all()
+    assert (descriptor(IDENTITY, REFERENCE_CALIBRATION)[sizes] < 0.35).all()  # the seed program near the bottom
+    assert len(set(problem_cells(grown, centroids, REFERENCE_CALIBRATION))) == 3  # growth still adds cells

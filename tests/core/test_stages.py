@@ -48,6 +48,7 @@ def test_a_copy_of_a_seed_or_of_a_buffer_problem_is_a_repeat_not_a_fresh_problem
         config=config,
         generation=0,
         centroids=np.random.rand(4, 8),
+        calibration=None,
     )
     fresh = problems[problems["source"] == "fresh"]
     assert fresh["reason"].tolist() == ["repeat", "ok", "duplicate"]
@@ -69,6 +70,7 @@ def test_a_copy_of_a_seed_or_of_a_buffer_problem_is_a_repeat_not_a_fresh_problem
         config=azr,
         generation=0,
         centroids=np.random.rand(4, 8),
+        calibration=None,
     )
     rewards = reward(proposals=bad, problems=problems, rollouts=rollouts, verdicts=verdicts, config=azr, generation=0)
     rewards = rewards.set_index("item_id")["reward"]
