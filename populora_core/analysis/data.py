@@ -6,6 +6,7 @@ summaries, so a run copied off a GPU node analyses on a laptop.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import numpy as np
 import pandas as pd
 
 from populora_core.artifacts import ArtifactError
+from populora_core.metrics.coverage import REFERENCE_CALIBRATION, cvt_centroids, problem_cells
+from populora_core.metrics.dynamics import oscillation, problem_triviality, solve_rates_by_source
 from populora_core.runs import RunDir
 
 GATHERED = ("problems", "verdicts", "rewards", "ratings", "lineage", "coverage", "proposals")
@@ -121,20 +124,71 @@ def hardest_problems(data: RunData, per_generation: int = 1) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
 
 
+def dynamics(data: RunData) -> pd.DataFrame:
+    """Per generation: the solve rate on fresh problems and on top-ups, the mean ρ of fresh
+    problems, and the triviality shares of the valid fresh programs (``metrics.dynamics``)."""
+    rows = []
+    for g in data.generations:
+        p = data["problems"][data["problems"]["generation"] == g]
+        v = data["verdicts"][data["verdicts"]["generation"] == g]
+        trivial = {f"trivial_{k}": x for k, x in problem_triviality(p).items()}
+        rows.append({"generation": g, **solve_rates_by_source(p, v), **trivial})
+    return pd.DataFrame(rows)
+
+
+@functools.lru_cache(maxsize=4)
+def _reference_centroids(cells: int) -> np.ndarray:
+    return cvt_centroids(cells, seed=0)
+
+
+def calibrated_coverage(data: RunData, cells: int = 1024) -> pd.DataFrame:
+    """Per generation: CVT coverage of the valid fresh programs under the reference calibration
+    and one fixed archive (``cells`` centroids, seed 0), this generation and cumulative: the same
+    yardstick for every run, whatever its own archive and scales were."""
+    p = data["problems"]
+    valid = p[(p["source"] == "fresh") & p["valid"]]
+    found = problem_cells(list(valid["program"]), _reference_centroids(cells), REFERENCE_CALIBRATION)
+    by_gen = pd.Series(found, index=valid["generation"].to_numpy())
+    rows, seen = [], set()
+    for g in data.generations:
+        now = set(by_gen[by_gen.index == g].tolist()) - {-1}
+        seen |= now
+        rows.append({"generation": g, "coverage": len(now) / cells, "cumulative_coverage": len(seen) / cells})
+    return pd.DataFrame(rows)
+
+
+def _slope(y: np.ndarray, x: np.ndarray) -> float:
+    ok = ~np.isnan(y)
+    return float(np.polyfit(x[ok], y[ok], 1)[0]) if ok.sum() >= 2 else float("nan")
+
+
 def headline(data: RunData) -> dict:
-    """The figures a closing note quotes: solve-rate trend, complexity slopes, coverage."""
+    """The figures a closing note quotes: solve-rate trends (all problems and fresh ones) and
+    their oscillation, triviality first and last, complexity slopes, coverage, time."""
     s = data.summaries.sort_values("generation")
     gens = s["generation"].to_numpy(dtype=float)
     solve = s["solve_rate"].to_numpy(dtype=float)
+    dyn = dynamics(data)
+    fresh = dyn["fresh_solve_rate"].to_numpy(dtype=float)
     trends = complexity_trends(data)
     slopes = trends.drop_duplicates("metric").set_index("metric")["slope"].to_dict() if len(trends) else {}
+    trivial = [c for c in dyn.columns if c.startswith("trivial_")]
     return {
         "run": data.label,
         "generations": len(s),
         "solve_rate_first": float(solve[0]),
         "solve_rate_last": float(solve[-1]),
-        "solve_rate_slope": float(np.polyfit(gens, solve, 1)[0]) if len(s) >= 2 else float("nan"),
+        "solve_rate_slope": _slope(solve, gens),
+        "fresh_solve_rate_first": float(fresh[0]),
+        "fresh_solve_rate_last": float(fresh[-1]),
+        "fresh_solve_rate_slope": _slope(fresh, gens),
+        "fresh_solve_rate_oscillation": oscillation(fresh),
+        "generations_with_fresh_problems": int(dyn["fresh_solutions"].gt(0).sum()),
+        "triviality_first": {c.removeprefix("trivial_"): float(dyn[c].iloc[0]) for c in trivial},
+        "triviality_last": {c.removeprefix("trivial_"): float(dyn[c].iloc[-1]) for c in trivial},
         "valid_rate_mean": float(s["valid_rate"].mean()),
         "complexity_slopes": {k: float(v) for k, v in slopes.items()},
         "coverage_final": float(s["cumulative_coverage"].iloc[-1]) if "cumulative_coverage" in s else float("nan"),
+        "calibrated_coverage_final": float(calibrated_coverage(data)["cumulative_coverage"].iloc[-1]),
+        "median_generation_s": float(s["wall_seconds"].median()) if "wall_seconds" in s else float("nan"),
     }

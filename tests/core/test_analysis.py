@@ -1,0 +1,139 @@
+"""The offline analysis on a small hand-made run: fresh-problem metrics, the common coverage
+yardstick, the lineage tree, and a report that renders as HTML."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from populora_core.analysis.data import RunData, calibrated_coverage, dynamics, headline
+from populora_core.analysis.report import PLOTS, lineage_tree, write_report
+from populora_core.runs import RunDir
+
+TRIVIAL = "def f(a):\n    return a"
+REAL = [
+    "def f(xs):\n    return sorted(set(xs))[-2]",
+    "def f(n):\n    total = 0\n    for i in range(n):\n        if i % 3 == 0:\n"
+    "            total += i * i\n    return total",
+    "def f(s):\n    return {c: s.count(c) for c in s if c.isalpha()}",
+]
+
+
+def _problem(g: int, pid: str, program: str, source: str, inputs=("1",), outputs=("2",)) -> dict:
+    depth = 5.0 if program == TRIVIAL else 8.0
+    return {
+        "generation": g,
+        "teacher_id": "t0",
+        "proposal_id": f"t0/p{pid}" if source == "fresh" else None,
+        "source": source,
+        "problem_id": pid,
+        "task_type": "code_o",
+        "program": program,
+        "inputs": list(inputs),
+        "outputs": list(outputs),
+        "message": "",
+        "valid": True,
+        "reason": "ok",
+        "ast_depth": depth,
+        "cyclomatic": 1.0,
+        "loc": 2.0,
+        "halstead": 1.0,
+        "cvt_cell": 0,
+    }
+
+
+@pytest.fixture
+def data(tmp_path) -> RunData:
+    problems, verdicts = [], []
+    solved = {0: [1, 0], 1: [1, 1], 2: [0, 0]}  # fresh problem p{g}: per-sample outcomes; top-up always solved
+    for g in range(3):
+        program = TRIVIAL if g == 0 else REAL[g]
+        problems += [_problem(g, f"p{g}", program, "fresh"), _problem(g, "seed", TRIVIAL, "buffer", ['"x"'], ["'x'"])]
+        for pid, outcomes in ((f"p{g}", solved[g]), ("seed", [1, 1])):
+            for j, ok in enumerate(outcomes):
+                verdicts.append(
+                    {
+                        "generation": g,
+                        "rollout_id": f"s|{pid}|{j}",
+                        "problem_id": pid,
+                        "teacher_id": "t0",
+                        "student_id": "s0",
+                        "status": "correct" if ok else "wrong",
+                    }
+                )
+    summaries = pd.DataFrame(
+        {
+            "generation": range(3),
+            "solve_rate": [0.75, 1.0, 0.5],
+            "valid_rate": [1.0] * 3,
+            "cumulative_coverage": 0.0,
+            "coverage": 0.0,
+            "wall_seconds": [10.0, 12.0, 11.0],
+        }
+    )
+    population = pd.DataFrame(
+        {
+            "generation": [0, 0, 1, 1],
+            "adapter_id": ["t0", "s0", "t0", "t1"],
+            "role": ["teacher", "student", "teacher", "teacher"],
+            "parents": [[], [], [], ["t0"]],
+            "operator": ["init", "init", "init", "X4"],
+            "birth_generation": [0, 0, 0, 1],
+        }
+    )
+    lineage = pd.DataFrame(
+        {"generation": [0], "child_id": ["t1"], "parents": [["t0"]], "operator": ["X4"], "replaced_id": ["s0"]}
+    )
+    rewards = pd.DataFrame({"generation": range(3), "kind": "proposal", "adapter_id": "t0", "reward": [0.5, 0.0, 1.0]})
+    ratings = pd.DataFrame({"generation": range(3), "adapter_id": "t0", "mu": [25.0, 26.0, 27.0], "sigma": 8.0})
+    frames = {
+        "problems": pd.DataFrame(problems),
+        "verdicts": pd.DataFrame(verdicts),
+        "lineage": lineage,
+        "rewards": rewards,
+        "ratings": ratings,
+    }
+    return RunData(RunDir(tmp_path), "hand-made", summaries, frames, population)
+
+
+def test_fresh_solve_rate_is_separate_from_the_top_ups(data):
+    dyn = dynamics(data).set_index("generation")
+    assert dyn["fresh_solve_rate"].tolist() == [0.5, 1.0, 0.0]
+    assert dyn["topup_solve_rate"].tolist() == [1.0, 1.0, 1.0]
+    assert dyn["fresh_solutions"].tolist() == [2, 2, 2]
+    assert dyn["trivial_identity"].tolist() == [1.0, 0.0, 0.0] and dyn["trivial_output_is_input"].iloc[0] == 0.0
+
+
+def test_headline_reports_the_fresh_trend_and_its_oscillation(data):
+    h = headline(data)
+    assert (h["fresh_solve_rate_first"], h["fresh_solve_rate_last"]) == (0.5, 0.0)
+    assert h["fresh_solve_rate_oscillation"]["reversals"] == 1.0  # up then down
+    assert h["triviality_first"]["identity"] == 1.0 and h["triviality_last"]["identity"] == 0.0
+    assert h["median_generation_s"] == 11.0
+
+
+def test_calibrated_coverage_is_cumulative_over_distinct_cells(data):
+    cov = calibrated_coverage(data)
+    assert (np.diff(cov["cumulative_coverage"]) >= 0).all()
+    assert cov["cumulative_coverage"].iloc[-1] >= cov["coverage"].max() > 0
+
+
+def test_lineage_tree_puts_children_under_parents_with_the_operator(data):
+    tree = lineage_tree(data)
+    assert tree[0] == "- `s0` (student, replaced after gen 0)"
+    assert "  - **X4** after gen 0 → `t1` (teacher)" in tree
+    assert tree.index("  - **X4** after gen 0 → `t1` (teacher)") == tree.index("- `t0` (teacher)") + 1
+
+
+def test_report_renders_tables_and_code_as_html(data, tmp_path):
+    written = write_report([data], tmp_path / "report")
+    page = written["html"].read_text()
+    assert page.count("data:image/png;base64,") == len(PLOTS)
+    assert "<table>" in page and "|---|" not in page  # tables rendered, not raw Markdown
+    assert 'class="codehilite"' in page and "```" not in page  # code highlighted
+    assert "<li>" in page and "X4" in page  # the lineage tree as a list
+    headline_json = json.loads(written["headline"].read_text())  # strict JSON: NaN written as null
+    assert headline_json[0]["fresh_solve_rate_last"] == 0.0
