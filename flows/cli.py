@@ -8,7 +8,9 @@
     populora status RUN                    what a run has done, generation by generation
     populora runs [--runs-dir DIR]         the runs under a directory
     populora analyze RUN [RUN ...]         HTML report (plots, summary) from run directories alone
-    populora evaluate RUN [--limit N]      pass@1 on HumanEval(+), MBPP, CRUXEval, GSM8K, MATH-500
+    populora evaluate RUN [RUN ...] [--limit N]
+                                           pass@1 on HumanEval(+), MBPP(+), LiveCodeBench, CRUXEval, GSM8K,
+                                           MATH-500, Minerva, OlympiadBench, AMC23, AIME24/25; several runs: compared
     populora verify --demo | FILE.jsonl    validate proposals and judge answers in the sandbox
     populora models list | fetch REF       embedded base models
 
@@ -86,8 +88,7 @@ def _add_run_parsers(sub) -> None:
 
 def _add_inspection_parsers(sub) -> None:
     """status, analyze, evaluate, runs."""
-    from populora_core.evaluation.benchmarks import BENCHMARKS
-    from populora_core.evaluation.runner import DEFAULT_MAX_NEW_TOKENS
+    from populora_core.evaluation.benchmarks import BENCHMARKS, default_max_new_tokens
 
     status = sub.add_parser("status", help="what a run has done", description="Generations and stages of a run.")
     status.add_argument("run", help="run directory or run id")
@@ -109,18 +110,22 @@ def _add_inspection_parsers(sub) -> None:
         "evaluate",
         help="pass@1 of the base model and a generation's adapters on held-out benchmarks",
         description="Greedy pass@1 of the base model and of every adapter of a generation, every program run in "
-        "the sandbox; population mean, min and max per benchmark.",
+        "the sandbox; population mean, min and max per benchmark, code and math averages per adapter. With "
+        "several runs, each is evaluated (the base model once), then compared in <first run>/eval/comparison.md.",
     )
-    evaluate.add_argument("run", help="run directory or run id")
+    evaluate.add_argument("runs", nargs="+", metavar="run", help="run directories or ids")
     evaluate.add_argument("--generation", type=int, help="population snapshot to evaluate (default the newest)")
-    evaluate.add_argument("--benchmarks", help="comma-separated subset (default all): " + ",".join(BENCHMARKS))
+    evaluate.add_argument(
+        "--benchmarks",
+        help="comma-separated subset (default every one whose files are in --data-dir): " + ",".join(BENCHMARKS),
+    )
     evaluate.add_argument("--limit", type=int, help="first N items of each benchmark (default all)")
     evaluate.add_argument("--data-dir", help="benchmark files in their published layout (default ../shared/data)")
+    caps = ", ".join(f"{b} {default_max_new_tokens(b)}" for b in BENCHMARKS)
     evaluate.add_argument(
         "--max-new-tokens",
         type=int,
-        default=DEFAULT_MAX_NEW_TOKENS,
-        help=f"token cap per answer (default {DEFAULT_MAX_NEW_TOKENS})",
+        help=f"token cap per answer for every benchmark (default each benchmark's own: {caps})",
     )
     evaluate.add_argument("--no-base", action="store_true", help="skip the base model")
     _add_run_options(evaluate)

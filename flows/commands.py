@@ -312,35 +312,55 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def _evaluation_benchmarks(args: argparse.Namespace, data_dir: Path, console) -> list[str] | str:
+    """The benchmarks asked for (default: every one with files in ``data_dir``), or why not."""
+    from populora_core.evaluation.benchmarks import BENCHMARKS, has_data
+
+    if not data_dir.is_dir():
+        return f"no benchmark data at {data_dir} (--data-dir)"
+    if not args.benchmarks:
+        missing = [b for b in BENCHMARKS if not has_data(b, data_dir)]
+        if missing:
+            console.print(f"no files in {data_dir} for {', '.join(missing)}: not evaluated")
+        return [b for b in BENCHMARKS if b not in missing]
+    benchmarks = args.benchmarks.split(",")
+    unknown = [b for b in benchmarks if b not in BENCHMARKS]
+    if unknown:
+        return f"unknown benchmarks {unknown}; benchmarks: {', '.join(BENCHMARKS)}"
+    missing = [b for b in benchmarks if not has_data(b, data_dir)]
+    return f"no files in {data_dir} for {', '.join(missing)} (--data-dir)" if missing else benchmarks
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from flows.evaluate import evaluate_flow
-    from populora_core.evaluation.benchmarks import BENCHMARKS
+    from flows.evaluate import evaluate_flow, evaluate_runs_flow
     from populora_core.evaluation.stages import DEFAULT_DATA_DIR
     from populora_core.runs import open_run
 
     console = Console()
-    benchmarks = args.benchmarks.split(",") if args.benchmarks else list(BENCHMARKS)
-    unknown = [b for b in benchmarks if b not in BENCHMARKS]
     data_dir = Path(args.data_dir) if args.data_dir else DEFAULT_DATA_DIR
     try:
-        run = open_run(args.run, _runs_dir(args))
+        runs = [open_run(r, _runs_dir(args)) for r in args.runs]
     except _user_errors() as exc:
         return _error(console, exc)
-    if unknown:
-        return _error(console, f"unknown benchmarks {unknown}; benchmarks: {', '.join(BENCHMARKS)}")
-    if not data_dir.is_dir():
-        return _error(console, f"no benchmark data at {data_dir} (--data-dir)")
-    out = evaluate_flow(
-        str(run.root),
-        args.generation,
-        benchmarks,
-        args.limit,
-        str(data_dir),
-        args.max_new_tokens,
-        not args.no_base,
-    )
+    benchmarks = _evaluation_benchmarks(args, data_dir, console)
+    if isinstance(benchmarks, str):
+        return _error(console, benchmarks)
+    settings = (args.generation, benchmarks, args.limit, str(data_dir), args.max_new_tokens)
+    if len(runs) == 1:
+        out = evaluate_flow(str(runs[0].root), *settings, not args.no_base)
+        console.print(out["table"])
+        console.print(f"results: {out['results']}")
+        return 0
+    models = {str(run.model_path) for run in runs}
+    if len(models) > 1:
+        return _error(
+            console, f"the runs have different base models ({', '.join(sorted(models))}); compare runs of one"
+        )
+    out = evaluate_runs_flow([str(run.root) for run in runs], *settings, not args.no_base)
+    for one in out["runs"]:
+        console.print(one["table"] + "\n")
     console.print(out["table"])
-    console.print(f"results: {out['results']}")
+    console.print(f"comparison: {out['comparison']}")
     return 0

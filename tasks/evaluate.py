@@ -1,4 +1,5 @@
-"""Prefect tasks of the held-out evaluation: one per benchmark, then the table."""
+"""Prefect tasks of the held-out evaluation: one per benchmark, then the table, then
+(for several runs) the comparison."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from populora_core.evaluation import stages
-from populora_core.evaluation.benchmarks import BENCHMARKS
-from populora_core.evaluation.runner import DEFAULT_MAX_NEW_TOKENS
+from populora_core.evaluation.benchmarks import BENCHMARKS, has_data
 from populora_core.evaluation.stages import DEFAULT_DATA_DIR
 from populora_core.runs import open_run
 from populora_core.stages.summary import artifact_key
@@ -17,17 +17,25 @@ from populora_core.stages.summary import artifact_key
 __all__ = [
     "BENCHMARKS",
     "DEFAULT_DATA_DIR",
-    "DEFAULT_MAX_NEW_TOKENS",
     "evaluate_benchmark",
+    "evaluation_comparison",
     "evaluation_table",
+    "has_data",
 ]  # the flow's defaults
 
 
 @task(name="evaluate-benchmark", task_run_name="eval-{benchmark}-gen{generation}", cache_policy=NO_CACHE)
 def evaluate_benchmark(
-    run_dir: str, generation: int, benchmark: str, data_dir: str, limit: int | None, max_new_tokens: int, base: bool
+    run_dir: str,
+    generation: int,
+    benchmark: str,
+    data_dir: str,
+    limit: int | None,
+    max_new_tokens: int | None,
+    base: bool,
 ) -> dict:
-    """pass@1 completions of one benchmark, judged; skipped when its part exists."""
+    """pass@1 completions of one benchmark (``max_new_tokens`` None: the benchmark's cap),
+    judged; skipped when its part exists."""
     return stages.evaluate_benchmark(
         open_run(run_dir),
         generation,
@@ -47,4 +55,17 @@ def evaluation_table(run_dir: str, generation: int, parts: list[str]) -> dict:
     run = open_run(run_dir)
     out = stages.evaluation_table(run, generation, parts)
     create_markdown_artifact(key=artifact_key(run.run_id, generation, "-eval"), markdown=out["table"])
+    return out
+
+
+@task(name="evaluation-comparison", cache_policy=NO_CACHE)
+def evaluation_comparison(runs: list[tuple[str, int]]) -> dict:
+    """Population versus base model over several evaluated runs, written beside the first
+    run's evaluations and published in the UI."""
+    from prefect.artifacts import create_markdown_artifact
+
+    opened = [(open_run(run_dir), generation) for run_dir, generation in runs]
+    out = stages.comparison_table(opened)
+    first, generation = opened[0]
+    create_markdown_artifact(key=artifact_key(first.run_id, generation, "-eval-comparison"), markdown=out["table"])
     return out

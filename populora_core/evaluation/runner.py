@@ -10,23 +10,24 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from populora_core.evaluation.benchmarks import EvalItem, check_program, judge_text
-from populora_core.inference.base import BASE, GenerationRequest, SamplingParams
+from populora_core.evaluation.benchmarks import TEXT_JUDGES, check_program, judge_text
+from populora_core.evaluation.items import EvalItem
+from populora_core.inference.base import GenerationRequest, SamplingParams
 from populora_core.sandbox import Job
 
 RESULT_COLUMNS = ["benchmark", "item_id", "adapter_id", "correct", "detail", "completion"]
-DEFAULT_MAX_NEW_TOKENS = 512
-"""Token cap of one answer unless the caller gives another."""
 
 
 def judge(
     items: Sequence[EvalItem], completions: Sequence[str], pool, *, timeout_s: float = 20.0
 ) -> list[tuple[bool, str]]:
-    """(correct, detail) per (item, completion); every program runs in ``pool`` in one batch."""
+    """(correct, detail) per (item, completion); every program runs in ``pool`` in one batch
+    (``timeout_s`` each, or the item's own ``timeout_s`` and ``memory_mb``: EvalPlus and
+    LiveCodeBench items, whose harnesses limit every test)."""
     verdicts: list[tuple[bool, str] | int] = []
     jobs: list[Job] = []
     for item, completion in zip(items, completions, strict=True):
-        if item.kind in ("number", "math"):
+        if item.kind in TEXT_JUDGES:
             verdicts.append((judge_text(item, completion), ""))
             continue
         check = check_program(item, completion)
@@ -34,7 +35,8 @@ def judge(
             verdicts.append((False, "no answer found"))
             continue
         verdicts.append(len(jobs))
-        jobs.append(Job(code=check[0], expr=check[1], timeout_s=timeout_s))
+        limits = {"timeout_s": item.data.get("timeout_s", timeout_s), "memory_mb": item.data.get("memory_mb")}
+        jobs.append(Job(code=check[0], expr=check[1], **limits))
     results = pool.run(jobs) if jobs else []
     out = []
     for v in verdicts:
@@ -53,7 +55,7 @@ def evaluate(
     items: Sequence[EvalItem],
     pool,
     *,
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    max_new_tokens: int,
     timeout_s: float = 20.0,
 ) -> pd.DataFrame:
     """Greedy completions of every item by every adapter (``BASE`` for the base model), judged."""
@@ -76,15 +78,3 @@ def evaluate(
             }
         )
     return pd.DataFrame(rows, columns=RESULT_COLUMNS)
-
-
-def pass_at_1(results: pd.DataFrame) -> pd.DataFrame:
-    """pass@1 per (benchmark, adapter), then the population's mean, min and max per benchmark
-    (over the adapters, the base model excluded), as the paper reports them."""
-    table = results.groupby(["benchmark", "adapter_id"])["correct"].mean().rename("pass@1").reset_index()
-    adapters = table[table["adapter_id"] != BASE]
-    rows = []
-    for bench, part in adapters.groupby("benchmark"):
-        for stat in ("mean", "min", "max"):
-            rows.append({"benchmark": bench, "adapter_id": f"population {stat}", "pass@1": part["pass@1"].agg(stat)})
-    return pd.concat([table, pd.DataFrame(rows, columns=table.columns)], ignore_index=True)

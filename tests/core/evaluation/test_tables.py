@@ -1,0 +1,115 @@
+"""pass@1 tables: per-member code and math averages, the population's mean and weakest
+member on them, the several-run comparison; the benchmark registry and token caps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from populora_core.evaluation import stages
+from populora_core.evaluation.benchmarks import BENCHMARKS, default_max_new_tokens, family, get_benchmark
+from populora_core.evaluation.tables import comparison, markdown_table, pass_at_1, scores_table
+
+# pass@1 per (model, benchmark) of a hand-made population: two adapters and the base model
+SCORES = {
+    "__base__": {"humanevalplus": 0.5, "mbppplus": 0.5, "cruxeval_o": 0.5, "aime24": 0.0, "gsm8k": 0.5},
+    "a": {"humanevalplus": 1.0, "mbppplus": 0.5, "cruxeval_o": 0.0, "aime24": 0.5, "gsm8k": 1.0},
+    "b": {"humanevalplus": 0.5, "mbppplus": 0.0, "cruxeval_o": 1.0, "aime24": 0.0, "gsm8k": 1.0},
+}
+
+
+def _results(scores: dict[str, dict[str, float]]) -> pd.DataFrame:
+    """Two items per benchmark: a pass@1 of 0.5 is one right answer of two."""
+    rows = []
+    for adapter, per_bench in scores.items():
+        for bench, p in per_bench.items():
+            for k in range(2):
+                rows.append(
+                    {"benchmark": bench, "item_id": f"{bench}/{k}", "adapter_id": adapter, "correct": k < 2 * p}
+                )
+    return pd.DataFrame(rows)
+
+
+def test_member_averages_and_the_population_on_them():
+    table = pass_at_1(_results(SCORES))
+    for stat in ("mean", "min", "max"):  # per benchmark only, as before
+        assert (table["adapter_id"] == f"population {stat}").sum() == 5
+    scores = scores_table(table)
+    # code average: HumanEval+ and MBPP+ (CRUXEval is code reasoning, in neither average)
+    assert scores.loc["a", "code average"] == 0.75 and scores.loc["b", "code average"] == 0.25
+    assert scores.loc["__base__", "code average"] == 0.5
+    assert scores.loc["a", "math average"] == 0.75 and scores.loc["b", "math average"] == 0.5
+    assert scores.loc["population mean", "code average"] == 0.5
+    assert scores.loc["population min", "code average"] == 0.25  # the weakest member, b
+    assert scores.loc["population min", "math average"] == 0.5 and scores.loc["population max", "math average"] == 0.75
+    assert scores.loc["population min", "cruxeval_o"] == 0.0 and scores.loc["population max", "cruxeval_o"] == 1.0
+    assert list(scores.columns)[-2:] == ["code average", "math average"]
+    assert list(scores.index) == ["__base__", "a", "b", "population mean", "population min", "population max"]
+    md = markdown_table(table)
+    assert "| adapter | aime24 | cruxeval_o | gsm8k | humanevalplus | mbppplus | code average | math average |" in md
+    assert "| population min | 0.000 | 0.000 | 1.000 | 0.500 | 0.000 | 0.250 | 0.500 |" in md
+
+
+def test_an_aggregate_appears_only_with_its_family():
+    only_code = {m: {"humanevalplus": s["humanevalplus"]} for m, s in SCORES.items()}
+    scores = scores_table(pass_at_1(_results(only_code)))
+    assert "code average" in scores.columns and "math average" not in scores.columns
+
+
+def test_comparison_shows_the_base_model_once_and_each_runs_population():
+    other = {"a": {"humanevalplus": 0.0, "mbppplus": 0.0, "aime24": 1.0, "gsm8k": 1.0}}
+    frame = comparison({"A": pass_at_1(_results(SCORES)), "B": pass_at_1(_results(other))})
+    assert list(frame.index) == ["base model", "A: population mean", "A: weakest member", "B: population mean", "B: weakest member"]  # fmt: skip # noqa: E501
+    assert frame.loc["base model", "math average"] == 0.25
+    assert frame.loc["A: weakest member", "code average"] == 0.25 and frame.loc["A: population mean", "gsm8k"] == 1.0
+    assert frame.loc["B: population mean", "math average"] == 1.0 and pd.isna(
+        frame.loc["B: weakest member", "cruxeval_o"]
+    )
+    assert list(frame.columns)[-2:] == ["code average", "math average"]
+
+
+class _Run:
+    """What the evaluation stages read of a run directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.run_id = root, root.name
+
+    def eval_dir(self, generation: int) -> Path:
+        return self.root / "eval" / f"gen_{generation:04d}"
+
+    def eval_part(self, generation: int, benchmark: str, settings: str) -> Path:
+        return self.eval_dir(generation) / "parts" / f"{benchmark}-{settings}.parquet"
+
+
+def test_comparison_table_is_written_beside_the_first_run(tmp_path):
+    runs = [_Run(tmp_path / "A"), _Run(tmp_path / "B")]
+    for run, scores in zip(runs, (SCORES, {"c": SCORES["a"]}), strict=True):
+        run.eval_dir(2).mkdir(parents=True)
+        pass_at_1(_results(scores)).to_parquet(run.eval_dir(2) / "pass_at_1.parquet")
+    out = stages.comparison_table([(runs[0], 2), (runs[1], 2)])
+    written = (tmp_path / "A" / "eval" / "comparison.md").read_text()
+    assert out["table"] == written and "| B gen 2: weakest member |" in written and written.count("| base model |") == 1
+    assert len(pd.read_parquet(tmp_path / "A" / "eval" / "comparison.parquet")) == 5
+    with pytest.raises(FileNotFoundError, match="no evaluation of generation 3"):
+        stages.comparison_table([(runs[0], 3)])
+
+
+def test_token_caps_are_per_benchmark_and_name_the_parts(tmp_path):
+    assert default_max_new_tokens("humanevalplus") == 512 and default_max_new_tokens("gsm8k") == 768
+    assert default_max_new_tokens("math500") == 1024 and default_max_new_tokens("aime25") == 2048
+    assert {family(b) for b in BENCHMARKS} == {"code", "math", "code reasoning"}
+    run = _Run(tmp_path / "R")
+    for cap, expected in ((None, "t2048"), (64, "t64")):  # a part already judged is found by its settings
+        key = stages.settings_key(tmp_path, None, 2048 if cap is None else cap, True)
+        part = run.eval_part(0, "aime24", key)
+        part.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({"x": [1]}).to_parquet(part)
+        out = stages.evaluate_benchmark(run, 0, "aime24", data_dir=tmp_path, max_new_tokens=cap)
+        assert out["cached"] and f"-{expected}-" in out["path"]
+
+
+def test_unknown_benchmark_lists_the_valid_names():
+    with pytest.raises(ValueError, match=r"unknown benchmark 'aime'; benchmarks: humaneval, .*aime24, aime25"):
+        get_benchmark("aime")
