@@ -40,11 +40,15 @@ def test_presets_are_valid_and_differ_where_documented():
     from populora_core.config import PRESETS, load_config
 
     tiny, small, paper = (load_config(preset=p) for p in ("cpu-tiny", "cpu-small", "paper-7b"))
-    assert set(PRESETS) == {"cpu-tiny", "cpu-small", "paper-7b", "cpu-tiny-baseline", "cpu-small-baseline"}
+    populations = {"cpu-tiny", "cpu-small", "cpu-arms-race", "paper-7b"}
+    assert set(PRESETS) == populations | {f"{p}-baseline" for p in populations - {"paper-7b"}}
     assert "smollm2" in tiny.model.name and (tiny.population.teachers, tiny.population.students) == (2, 2)
     assert tiny.evolution.every_k == 1
     assert "0.5b" in small.model.name and (small.population.teachers, small.population.students) == (4, 4)
     assert paper.inference.backend == "vllm" and paper.population.rank == 32
+    arms = load_config(preset="cpu-arms-race")
+    assert "0.5b" in arms.model.name and (arms.population.teachers, arms.population.students) == (2, 2)
+    assert arms.generations == 30 and not arms.grpo.gradient_checkpointing
 
 
 def test_yaml_file_then_overrides_apply_in_order(tmp_path):

@@ -5,30 +5,15 @@ Reads the public files from ../shared/data (never copied into the repository).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from populora_core.evaluation.benchmarks import load_benchmark
 from populora_core.evaluation.mathnorm import last_boxed, math_equal, number_equal, strip_string
 from populora_core.evaluation.runner import judge
 from populora_core.evaluation.tables import pass_at_1
+from tests.core.evaluation.conftest import DATA, code_answer
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not at {DATA}")
-
-
-@pytest.fixture(scope="module")
-def eval_pool():
-    from tests.conftest import start_pool
-
-    pool = start_pool("local", workers=2, timeout_s=20.0)
-    yield pool
-    pool.close()
-
-
-def _code_answer(code: str) -> str:
-    return f"Here it is.\n```python\n{code}\n```"
 
 
 def _canonical(item) -> str:
@@ -46,12 +31,12 @@ def _canonical(item) -> str:
 def test_canonical_solutions_pass_and_wrong_ones_fail(benchmark, eval_pool):
     items = load_benchmark(benchmark, DATA)
     assert len(items) == {"humaneval": 164, "humanevalplus": 164, "mbpp": 427}[benchmark]
-    good = judge(items, [_code_answer(_canonical(i)) for i in items], eval_pool)
+    good = judge(items, [code_answer(_canonical(i)) for i in items], eval_pool)
     failed = [(i.item_id, d) for i, (ok, d) in zip(items, good, strict=True) if not ok]
     assert not failed, failed[:5]
-    wrong = [_code_answer(f"def {i.data.get('entry_point', 'f')}(*args, **kwargs):\n    return None") for i in items]
+    wrong = [code_answer(f"def {i.data.get('entry_point', 'f')}(*args, **kwargs):\n    return None") for i in items]
     if benchmark == "mbpp":  # the function name is in the asserts
-        wrong = [_code_answer("def _unused():\n    return None") for _ in items]
+        wrong = [code_answer("def _unused():\n    return None") for _ in items]
     bad = judge(items, wrong, eval_pool)
     assert not any(ok for ok, _ in bad)
     assert judge(items[:3], ["no code at all"] * 3, eval_pool) == [(False, "no answer found")] * 3

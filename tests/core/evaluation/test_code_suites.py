@@ -18,8 +18,8 @@ import pytest
 from populora_core.evaluation.benchmarks import has_data, load_benchmark
 from populora_core.evaluation.livecodebench import decode_private_tests, load_livecodebench
 from populora_core.evaluation.runner import judge
+from tests.core.evaluation.conftest import DATA, code_answer
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # EvalPlus's special oracles, argument conversions, atol > 0, and the task without plus inputs
 MBPP_PLUS_SAMPLE = {
@@ -29,19 +29,6 @@ MBPP_PLUS_SAMPLE = {
 }  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def eval_pool():
-    from tests.conftest import start_pool
-
-    pool = start_pool("local", workers=2, timeout_s=20.0)
-    yield pool
-    pool.close()
-
-
-def _code_answer(code: str) -> str:
-    return f"Here it is.\n```python\n{code}\n```"
-
-
 @pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not at {DATA}")
 def test_mbppplus_canonical_solutions_pass_and_wrong_ones_fail(eval_pool):
     items = load_benchmark("mbppplus", DATA)
@@ -49,10 +36,10 @@ def test_mbppplus_canonical_solutions_pass_and_wrong_ones_fail(eval_pool):
     by_id = {i.item_id: i for i in items}
     assert json.loads(by_id["Mbpp/793"].data["plus"]["inputs_json"]) == [[[1, 2, 3], 1], [[1, 1, 1, 2, 3, 4], 1], [[2, 2, 3, 3, 6, 8, 9], 3]]  # fmt: skip # noqa: E501
     sample = [by_id[t] for t in sorted(MBPP_PLUS_SAMPLE)]
-    good = judge(sample, [_code_answer(i.data["plus"]["reference"]) for i in sample], eval_pool)
+    good = judge(sample, [code_answer(i.data["plus"]["reference"]) for i in sample], eval_pool)
     failed = [(i.item_id, d) for i, (ok, d) in zip(sample, good, strict=True) if not ok]
     assert not failed, failed[:5]
-    wrong = [_code_answer(f"def {i.data['entry_point']}(*args, **kwargs):\n    return None") for i in sample]
+    wrong = [code_answer(f"def {i.data['entry_point']}(*args, **kwargs):\n    return None") for i in sample]
     assert not any(ok for ok, _ in judge(sample, wrong, eval_pool))
     assert judge(sample[:2], ["no code"] * 2, eval_pool) == [(False, "no answer found")] * 2
 
@@ -61,7 +48,7 @@ def test_mbppplus_canonical_solutions_pass_and_wrong_ones_fail(eval_pool):
 @pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not at {DATA}")
 def test_every_mbppplus_canonical_solution_passes(eval_pool):
     items = load_benchmark("mbppplus", DATA)
-    good = judge(items, [_code_answer(i.data["plus"]["reference"]) for i in items], eval_pool)
+    good = judge(items, [code_answer(i.data["plus"]["reference"]) for i in items], eval_pool)
     failed = [(i.item_id, d) for i, (ok, d) in zip(items, good, strict=True) if not ok]
     assert not failed, failed[:5]
 
@@ -74,7 +61,7 @@ def test_mbppplus_oracles_accept_what_evalplus_accepts(eval_pool):
     rounded = "import math\ndef volume_sphere(r):\n    return 4 / 3 * math.pi * r ** 3 * (1 + 1e-9)"
     off = "import math\ndef volume_sphere(r):\n    return 4 / 3 * math.pi * r ** 3 * 1.01"
     items = [by_id["Mbpp/2"], by_id["Mbpp/82"], by_id["Mbpp/82"]]
-    verdicts = judge(items, [_code_answer(c) for c in (reordered, rounded, off)], eval_pool)
+    verdicts = judge(items, [code_answer(c) for c in (reordered, rounded, off)], eval_pool)
     assert [ok for ok, _ in verdicts] == [True, True, False], verdicts
 
 
@@ -118,7 +105,7 @@ def test_livecodebench_gold_passes_and_wrong_fails(eval_pool):
     lcb = _lcb_items()
     stdin, functional = lcb["atcoder"], lcb["leetcode"]
     items = [stdin] * len(STDIN_GOLD) + [functional] * len(FUNCTIONAL_GOLD)
-    verdicts = judge(items, [_code_answer(c) for c in STDIN_GOLD + FUNCTIONAL_GOLD], eval_pool)
+    verdicts = judge(items, [code_answer(c) for c in STDIN_GOLD + FUNCTIONAL_GOLD], eval_pool)
     assert all(ok for ok, _ in verdicts), verdicts
     wrong = {
         "print(sum(map(int, open(0).read().split()[1:])))": stdin,  # the sum only
@@ -128,7 +115,7 @@ def test_livecodebench_gold_passes_and_wrong_fails(eval_pool):
         "class Solution:\n    def addToAll(self, nums, k):\n        return nums if k == 4 else []": functional,
         "class Solution:\n    def other(self, nums, k):\n        return nums": functional,
     }
-    verdicts = judge(list(wrong.values()), [_code_answer(c) for c in wrong], eval_pool)
+    verdicts = judge(list(wrong.values()), [code_answer(c) for c in wrong], eval_pool)
     assert not any(ok for ok, _ in verdicts), verdicts
     assert judge([stdin], ["no code"], eval_pool) == [(False, "no answer found")]
 

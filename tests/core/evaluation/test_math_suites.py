@@ -7,16 +7,14 @@ Reads the public files from ../shared/data (never copied into the repository).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from populora_core.evaluation import mathexpr
 from populora_core.evaluation.benchmarks import load_benchmark
 from populora_core.evaluation.mathequiv import answers_equal, clean
 from populora_core.evaluation.runner import judge
+from tests.core.evaluation.conftest import DATA
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not at {DATA}")
 
 
