@@ -51,25 +51,12 @@ def plot_solve_rate(runs: Sequence[RunData]):
         for _, part in rates[rates["student_id"] != "mean"].groupby("student_id"):
             ax.plot(part["generation"], part["solve_rate"], color=_color(i), alpha=0.25, lw=0.8)
         mean = rates[rates["student_id"] == "mean"]
-        ax.plot(
-            mean["generation"],
-            mean["solve_rate"],
-            color=_color(i),
-            lw=2.2,
-            marker="o",
-            ms=3,
-            label=f"{data.label}: all problems",
+        lines = (
+            (mean["generation"], mean["solve_rate"], "all problems", {"lw": 2.2, "marker": "o"}),
+            (dyn["generation"], dyn["fresh_solve_rate"], "fresh problems", {"lw": 1.6, "ls": "--", "marker": "s"}),
         )
-        ax.plot(
-            dyn["generation"],
-            dyn["fresh_solve_rate"],
-            color=_color(i),
-            lw=1.6,
-            ls="--",
-            marker="s",
-            ms=3,
-            label=f"{data.label}: fresh problems",
-        )
+        for x, y, what, style in lines:
+            ax.plot(x, y, color=_color(i), ms=3, label=f"{data.label}: {what}", **style)
     ax.set(title="solve rate", ylim=(-0.02, 1.02))
     _legend(ax)
     return fig

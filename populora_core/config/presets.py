@@ -40,19 +40,6 @@ PRESETS: dict[str, dict] = {
         "evolution": {"every_k": 2, "replace_fraction": 0.25},
         "grpo": {"micro_batch_size": 4, "learning_rate": 1e-5},
     },
-    "cpu-arms-race": {
-        # The long CPU run (benchmarks/arms_race.py): the embedded Qwen2.5-Coder-0.5B, 2 + 2,
-        # budgets cut so that a population generation and its baseline generation take about
-        # six minutes together on 2 cores; no activation checkpointing (faster here, memory
-        # allows it) and a learning rate that moves ΔW by a few percent per generation.
-        "generations": 30,
-        "model": {"threads": 2},
-        "inference": {"batch_size": 16, "teacher_max_new_tokens": 160, "student_max_new_tokens": 112},
-        "budget": {"proposals_per_teacher": 3, "problems_per_match": 2, "samples_per_problem": 4, "references": 1},
-        "population": {"teachers": 2, "students": 2, "rank": 8, "alpha": 16.0},
-        "evolution": {"every_k": 3, "replace_fraction": 0.25},
-        "grpo": {"micro_batch_size": 4, "learning_rate": 5e-5, "gradient_checkpointing": False},
-    },
     "paper-7b": {
         # The PopuLoRA paper's population (4 + 4, rank 32, α 64) on a GPU node with vLLM.
         # Base model: the base Coder model, as Absolute Zero Reasoner's Coder-7B run does
@@ -108,6 +95,21 @@ def _baseline_of(name: str) -> dict:
     )
 
 
+PRESETS["cpu-arms-race"] = _merge(
+    PRESETS["cpu-small"],
+    {
+        # The long CPU run (benchmarks/arms_race.py): cpu-small cut to 2 + 2 and budgets that
+        # make a population generation and its baseline generation take about six minutes
+        # together on 2 cores; no activation checkpointing (faster here, memory allows it)
+        # and a learning rate that moves ΔW by a few percent per generation.
+        "generations": 30,
+        "inference": {"student_max_new_tokens": 112},
+        "budget": {"problems_per_match": 2},
+        "population": {"teachers": 2, "students": 2, "rank": 8, "alpha": 16.0},
+        "evolution": {"every_k": 3},
+        "grpo": {"learning_rate": 5e-5, "gradient_checkpointing": False},
+    },
+)
 PRESETS["cpu-tiny-baseline"] = _baseline_of("cpu-tiny")
 PRESETS["cpu-small-baseline"] = _baseline_of("cpu-small")
 PRESETS["cpu-arms-race-baseline"] = _baseline_of("cpu-arms-race")
