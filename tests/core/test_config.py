@@ -125,3 +125,16 @@ def test_advantage_names_are_checked():
 
     with pytest.raises(ConfigError, match=r"grpo\.advantage"):
         load_config(preset="cpu-tiny", overrides=["grpo.advantage=grpo"])
+
+
+def test_the_train_deployment_uses_the_default_preset():
+    """prefect.yaml cannot import the default; this keeps its copy equal to DEFAULT_PRESET."""
+    from pathlib import Path
+
+    import yaml
+
+    from populora_core.config import DEFAULT_PRESET
+
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "prefect.yaml").read_text())
+    train = next(d for d in spec["deployments"] if d["name"] == "train")
+    assert train["parameters"]["preset"] == DEFAULT_PRESET
