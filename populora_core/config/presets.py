@@ -98,10 +98,11 @@ def _baseline_of(name: str) -> dict:
 PRESETS["cpu-arms-race"] = _merge(
     PRESETS["cpu-small"],
     {
-        # The long CPU run (benchmarks/arms_race.py): cpu-small cut to 2 + 2 and budgets that
-        # make a population generation and its baseline generation take about six minutes
-        # together on 2 cores; no activation checkpointing (faster here, memory allows it)
-        # and a learning rate that moves ΔW by a few percent per generation.
+        # The long CPU run (benchmarks/arms_race.py): cpu-small cut to 2 + 2, budgets aimed at a
+        # population generation plus its baseline generation in about six minutes on 2 cores
+        # (not yet measured on an idle machine); no activation checkpointing (one update took
+        # 78 s without, 116 s with, on cpu-small) and a learning rate that moved every ΔW by
+        # 5.0% in generation 0.
         "generations": 30,
         "inference": {"student_max_new_tokens": 112},
         "budget": {"problems_per_match": 2},

@@ -41,15 +41,19 @@ def test_a_copy_of_a_seed_or_of_a_buffer_problem_is_a_repeat_not_a_fresh_problem
             "completion": [copy, new, new],
         }
     )
-    problems = validate(
-        proposals=proposals,
-        start_buffers=seed_buffers(["t"]),
-        pool=local_pool,
-        config=config,
-        generation=0,
-        centroids=np.random.rand(4, 8),
-        calibration=None,
-    )
+
+    def validated(frame: pd.DataFrame, cfg) -> pd.DataFrame:
+        return validate(
+            proposals=frame,
+            start_buffers=seed_buffers(["t"]),
+            pool=local_pool,
+            config=cfg,
+            generation=0,
+            centroids=np.random.rand(4, 8),
+            calibration=None,
+        )
+
+    problems = validated(proposals, config)
     fresh = problems[problems["source"] == "fresh"]
     assert fresh["reason"].tolist() == ["repeat", "ok", "duplicate"]
     assert fresh["valid"].tolist() == [False, True, False]
@@ -63,15 +67,7 @@ def test_a_copy_of_a_seed_or_of_a_buffer_problem_is_a_repeat_not_a_fresh_problem
     # Absolute Zero's penalties: a repeat is well formatted (−0.5), a bad format −1
     azr = load_config(preset="cpu-tiny-baseline")
     bad = proposals.assign(completion=[copy, "no answer here", new])
-    problems = validate(
-        proposals=bad,
-        start_buffers=seed_buffers(["t"]),
-        pool=local_pool,
-        config=azr,
-        generation=0,
-        centroids=np.random.rand(4, 8),
-        calibration=None,
-    )
+    problems = validated(bad, azr)
     rewards = reward(proposals=bad, problems=problems, rollouts=rollouts, verdicts=verdicts, config=azr, generation=0)
     rewards = rewards.set_index("item_id")["reward"]
     assert (rewards["t/p0"], rewards["t/p1"]) == (-0.5, -1.0)

@@ -40,17 +40,18 @@ def test_solve_rates_match_the_verdicts(reference_run):
 def test_evaluate_scores_base_and_every_adapter_through_the_flow(reference_run, prefect_server):
     import pandas as pd
 
+    evaluate = [
+        "evaluate",
+        str(reference_run.root),
+        "--limit",
+        "1",
+        "--benchmarks",
+        "humaneval,cruxeval_o,gsm8k",
+        "--max-new-tokens",
+        "16",
+    ]
     result = populora(
-        [
-            "evaluate",
-            str(reference_run.root),
-            "--limit",
-            "1",
-            "--benchmarks",
-            "humaneval,cruxeval_o,gsm8k",
-            "--max-new-tokens",
-            "16",
-        ],
+        evaluate,
         prefect_server,
     )
     assert result.returncode == 0, result.stdout[-3000:]
@@ -68,19 +69,7 @@ def test_evaluate_scores_base_and_every_adapter_through_the_flow(reference_run, 
     parts = sorted((out / "parts").glob("*.parquet"))
     assert [p.name.split("-")[0] for p in parts] == ["cruxeval_o", "gsm8k", "humaneval"]
     stamps = {p: p.stat().st_mtime_ns for p in parts}
-    again = populora(
-        [
-            "evaluate",
-            str(reference_run.root),
-            "--limit",
-            "1",
-            "--benchmarks",
-            "humaneval,cruxeval_o,gsm8k",
-            "--max-new-tokens",
-            "16",
-        ],
-        prefect_server,
-    )
+    again = populora(evaluate, prefect_server)
     assert again.returncode == 0, again.stdout[-3000:]
     assert {p: p.stat().st_mtime_ns for p in parts} == stamps
     pd.testing.assert_frame_equal(pd.read_parquet(out / "results.parquet"), results)
