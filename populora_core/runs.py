@@ -193,7 +193,8 @@ class RunDir:
     def calibration(self) -> dict[str, float] | None:
         """The descriptor calibration the run measures coverage with; None for a run made
         before calibration existed (its coverage used the old clipped scales)."""
-        self.centroids()
+        if not self.centroids_file.is_file():
+            self.centroids()  # made together
         return json.loads(self.calibration_file.read_text()) if self.calibration_file.is_file() else None
 
     def summaries(self) -> list[dict]:

@@ -37,15 +37,14 @@ def _num(value: float, fmt: str = "+.3f") -> str:
     return "–" if value != value else format(value, fmt)
 
 
-def _headline_table(runs: Sequence[RunData]) -> list[str]:
+def _headline_table(heads: Sequence[dict]) -> list[str]:
     lines = [
         "| run | generations | solved, all problems: first → last (slope/gen) | solved, fresh problems: first → last "
         "(slope/gen) | fresh: reversals/step, detrended std, lag-1 autocorr | trivial (identity or constant, "
         "depth ≤ 6, distinct): first → last | coverage (calibrated) | valid rate | s/generation |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for data in runs:
-        h = headline(data)
+    for h in heads:
         osc, t0, t1 = h["fresh_solve_rate_oscillation"], h["triviality_first"], h["triviality_last"]
 
         def trivial(t: dict) -> str:
@@ -63,14 +62,14 @@ def _headline_table(runs: Sequence[RunData]) -> list[str]:
     return lines
 
 
-def _complexity_table(runs: Sequence[RunData]) -> list[str]:
+def _complexity_table(heads: Sequence[dict]) -> list[str]:
     lines = ["| run | ast_depth | cyclomatic | loc | halstead |", "|---|---|---|---|---|"]
-    for data in runs:
-        slopes = headline(data)["complexity_slopes"]
+    for h in heads:
+        slopes = h["complexity_slopes"]
         cells = " | ".join(
             _num(slopes.get(k, float("nan")), "+.2f") for k in ("ast_depth", "cyclomatic", "loc", "halstead")
         )
-        lines.append(f"| {data.label} | {cells} |")
+        lines.append(f"| {h['run']} | {cells} |")
     return lines
 
 
@@ -115,8 +114,10 @@ def _examples(data: RunData) -> list[str]:
     return parts
 
 
-def summary_markdown(runs: Sequence[RunData]) -> str:
-    lines = ["# PopuLoRA report", "", *_headline_table(runs), ""]
+def summary_markdown(runs: Sequence[RunData], heads: Sequence[dict] | None = None) -> str:
+    """The report's Markdown; ``heads``: the runs' ``headline`` figures, if already computed."""
+    heads = heads if heads is not None else [headline(d) for d in runs]
+    lines = ["# PopuLoRA report", "", *_headline_table(heads), ""]
     lines += [
         "Fresh problems are each generation's valid proposals; the rest of the solutions are on buffer "
         "and seed top-ups. A collapsing run climbs towards solving everything on ever simpler programs "
@@ -125,7 +126,7 @@ def summary_markdown(runs: Sequence[RunData]) -> str:
         "",
         "Complexity of valid fresh programs, least-squares slope per generation:",
         "",
-        *_complexity_table(runs),
+        *_complexity_table(heads),
     ]
     for data in runs:
         lines += ["", f"## {data.label}: lineage", "", *lineage_tree(data)]
@@ -175,11 +176,12 @@ def write_report(runs: Sequence[RunData], out_dir: Path) -> dict[str, Path]:
         written[name] = out_dir / f"{name}.png"
         fig.savefig(written[name], dpi=90)
         plt.close(fig)
-    md = summary_markdown(runs)
+    heads = [headline(d) for d in runs]  # each parses every program of the run: once
+    md = summary_markdown(runs, heads)
     written["summary"] = out_dir / "summary.md"
     written["summary"].write_text(md)
     written["headline"] = out_dir / "headline.json"
-    written["headline"].write_text(json.dumps([_json_safe(headline(d)) for d in runs], indent=2))
+    written["headline"].write_text(json.dumps([_json_safe(h) for h in heads], indent=2))
     written["html"] = out_dir / "report.html"
     written["html"].write_text(_html(runs, md, {n: written[n] for n in PLOTS}))
     return written
