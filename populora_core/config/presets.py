@@ -98,14 +98,19 @@ def _baseline_of(name: str) -> dict:
 PRESETS["cpu-arms-race"] = _merge(
     PRESETS["cpu-small"],
     {
-        # The long CPU run (benchmarks/arms_race.py): cpu-small cut to 2 + 2, budgets aimed at a
-        # population generation plus its baseline generation in about six minutes on 2 cores
-        # (not yet measured on an idle machine); no activation checkpointing (one update took
-        # 78 s without, 116 s with, on cpu-small) and a learning rate that moved every ΔW by
-        # 5.0% in generation 0.
+        # The long CPU run (benchmarks/arms_race.py): cpu-small cut to 2 + 2 and sized so a
+        # population generation and its baseline generation, run side by side (one thread
+        # each), take about six minutes on 2 cores. Measured here (AMD EPYC, AVX2, fp32):
+        # decoding is not compute-bound (~0.7 s a step at batch 8 with one thread or two),
+        # so two one-thread processes decode at full speed each, while the update (~25
+        # tokens/s forward + backward) pays for every prompt and completion token; hence
+        # 2 proposals per teacher, one problem per match (4 samples), and shorter caps.
+        # No activation checkpointing (one update took 78 s without, 116 s with, on
+        # cpu-small); lr 5e-5 moved every ΔW by 5.0% in generation 0.
         "generations": 30,
-        "inference": {"student_max_new_tokens": 112},
-        "budget": {"problems_per_match": 2},
+        "model": {"threads": 1},
+        "inference": {"teacher_max_new_tokens": 128, "student_max_new_tokens": 96},
+        "budget": {"proposals_per_teacher": 2, "problems_per_match": 1},
         "population": {"teachers": 2, "students": 2, "rank": 8, "alpha": 16.0},
         "evolution": {"every_k": 3},
         "grpo": {"learning_rate": 5e-5, "gradient_checkpointing": False},

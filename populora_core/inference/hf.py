@@ -191,6 +191,7 @@ class HFBackend:
             position_ids=positions[:, -step_ids.shape[1] :].to(self.device),
             cache=cache,
             use_cache=True,
+            logits_to_keep=1,  # the prompt's other positions are never sampled: a third of the prefill
         )
         return out.logits[:, -1, :].float()
 
