@@ -79,7 +79,24 @@ class Trainer:
             optimizer_state=optimizer_state,
             generator=generator,
         )
-        return extract_adapter(self.model, self.SLOT), metrics, state
+        adapter = extract_adapter(self.model, self.SLOT)
+        _return_freed_memory()
+        return adapter, metrics, state
+
+
+def _return_freed_memory() -> None:
+    """Hands the update's freed activations back to the OS. glibc keeps them otherwise:
+    seen here, a cpu-arms-race process (two model copies) still held 8.7 GB while it
+    generated after its update, with two such runs side by side on 24 GB. A no-op
+    where glibc is absent."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 class Runtime:

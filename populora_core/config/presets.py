@@ -113,7 +113,8 @@ PRESETS["cpu-arms-race"] = _merge(
         "budget": {"proposals_per_teacher": 2, "problems_per_match": 1},
         "population": {"teachers": 2, "students": 2, "rank": 8, "alpha": 16.0},
         "evolution": {"every_k": 3},
-        "grpo": {"learning_rate": 5e-5, "gradient_checkpointing": False},
+        # Micro-batches of 2: the two processes side by side held ~20 of 24 GB with 4.
+        "grpo": {"learning_rate": 5e-5, "gradient_checkpointing": False, "micro_batch_size": 2},
     },
 )
 PRESETS["cpu-tiny-baseline"] = _baseline_of("cpu-tiny")
