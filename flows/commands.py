@@ -132,9 +132,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from populora_core.artifacts import ArtifactError
     from populora_core.config import ConfigError
     from populora_core.models import ModelUnavailable
+    from populora_core.runlock import RunBusy
     from populora_core.sandbox import SandboxUnavailable
 
-    return (ConfigError, ModelUnavailable, SandboxUnavailable, ArtifactError)
+    return (ConfigError, ModelUnavailable, SandboxUnavailable, ArtifactError, RunBusy)
 
 
 def _error(console, message: object) -> int:
@@ -184,11 +185,17 @@ def _generations_table(run) -> object:
     return table
 
 
-def _run_training(console, run, generations: int | None) -> int:
-    from flows.train import resume_flow
+def _run_training(console, run, generations: int | None, command: str) -> int:
+    """Runs the train flow on ``run`` holding its lock (taken here first, so that a run
+    another process works on fails at once, in one line, before any flow starts)."""
+    from flows.train import train_flow
 
-    console.print(f"run directory: [bold]{run.root}[/bold]")
-    resume_flow(str(run.root), generations)
+    try:
+        with run.lock(command):
+            console.print(f"run directory: [bold]{run.root}[/bold]")
+            train_flow(run_id=str(run.root.resolve()), generations=generations)
+    except _user_errors() as exc:
+        return _error(console, exc)
     console.print(_generations_table(run))
     console.print(f"run directory: [bold]{run.root}[/bold]  (populora status {run.root})")
     return 0
@@ -208,7 +215,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         run = create_run(_runs_dir(args), config, run_id=args.run_id, preset=preset)
     except _user_errors() as exc:
         return _error(console, exc)
-    return _run_training(console, run, args.generations)
+    return _run_training(console, run, args.generations, f"populora train --run-id {run.run_id}")
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -222,7 +229,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         run.config()
     except _user_errors() as exc:
         return _error(console, exc)
-    return _run_training(console, run, args.generations)
+    return _run_training(console, run, args.generations, f"populora resume {run.root}")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -261,11 +268,32 @@ def cmd_status(args: argparse.Namespace) -> int:
         return _error(console, exc)
     console.print(f"run [bold]{st.run_id}[/bold] at {st.path}  (preset {st.preset}, model {st.model})")
     console.print(f"complete generations: {len(st.complete)} of {st.target_generations}")
+    if st.holder:
+        console.print(f"[bold]running[/bold]: {st.holder}")
+    for name, why in st.damaged.items():
+        console.print(f"[red]damaged[/red] {name}.parquet ({why}): {run.recompute_command(*_artifact_of(name))}")
     if len(st.complete) < st.target_generations:
         done = ", ".join(st.next_stages_done) or "none"
         console.print(f"generation {st.next_generation}: stages done: {done}  (`populora resume {st.path}`)")
     console.print(_generations_table(run))
     return 0
+
+
+def _artifact_of(key: str) -> tuple[int, str]:
+    """("gen_0003/verdicts") -> (3, "verdicts")."""
+    gen, _, name = key.partition("/")
+    return int(gen.removeprefix("gen_")), name
+
+
+def _state(st) -> str:
+    """running (who) / complete / resumable at gen N, and damaged files if any."""
+    if st.holder:
+        state = f"running: {st.holder}"
+    elif len(st.complete) >= st.target_generations:
+        state = "complete"
+    else:
+        state = f"resumable at gen {st.next_generation}"
+    return state + (f"; {len(st.damaged)} damaged file(s): populora status" if st.damaged else "")
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -286,7 +314,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         except _user_errors() as exc:
             table.add_row(run.run_id, "", "", "", f"unreadable: {exc}"[:60])
             continue
-        state = "complete" if len(st.complete) >= st.target_generations else f"resumable at gen {st.next_generation}"
+        state = _state(st)
         table.add_row(st.run_id, str(st.preset), st.model, f"{len(st.complete)}/{st.target_generations}", state)
     console.print(table)
     return 0

@@ -2,7 +2,11 @@
 
 Started with a preset or a YAML config it creates the run directory; given an
 existing run it continues from the first incomplete generation (that generation
-itself resumes at its first incomplete stage).
+itself resumes at its first incomplete stage). `populora train`, `populora resume`
+and the `train` and `resume` deployments all run this one flow (`populora-train`),
+its flow run named after the run; each generation is a subflow run named
+`<run_id>/gen_NNNN`. It holds the run's lock while it works, and first sets what a
+dead process left Running in the Prefect UI to Crashed (``tasks.orphans``).
 """
 
 from __future__ import annotations
@@ -10,14 +14,32 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow
+from prefect.runtime import flow_run
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
 from flows.generation import generation_flow
 from populora_core.config import DEFAULT_PRESET, load_config
-from populora_core.runs import create_run, default_runs_dir, open_run
+from populora_core.runs import RunDir, create_run, default_runs_dir, open_run
+from tasks.orphans import crash_orphans
 
 
-@flow(name="populora-train")
+def _train_run_name() -> str:
+    """The flow run's name: the run id (a new run is renamed once it has one)."""
+    params = flow_run.get_parameters()
+    run_id = params.get("run_id")
+    return Path(run_id).name if run_id else f"new {params.get('preset') or 'run'}"
+
+
+def _rename(run: RunDir) -> None:
+    from prefect.client.orchestration import get_client
+
+    current = flow_run.get_id()
+    if current and flow_run.get_name() != run.run_id:
+        with get_client(sync_client=True) as client:
+            client.update_flow_run(current, name=run.run_id)
+
+
+@flow(name="populora-train", flow_run_name=_train_run_name)
 def train_flow(
     preset: str | None = DEFAULT_PRESET,
     config_path: str | None = None,
@@ -29,16 +51,18 @@ def train_flow(
     """Creates run ``run_id`` (or continues it if it exists) and runs it to ``generations``.
 
     preset: a named configuration (cpu-tiny, cpu-small (default), paper-7b, …); config_path: a YAML
-    file applied on top; overrides: `key=value` settings applied last; generations:
-    total generations of the run (default: the config's).
+    file applied on top; overrides: `key=value` settings applied last; run_id: the run's id
+    under runs_dir, or an existing run's directory; generations: total generations of the
+    run (default: the config's).
     """
     root = Path(runs_dir) if runs_dir else default_runs_dir()
-    if run_id and (root / run_id).exists():
-        run = open_run(root / run_id)
+    if run_id and (RunDir(run_id).exists() or (root / run_id).exists()):
+        run = open_run(run_id, root)
     else:
         config = load_config(config_path, preset=preset, overrides=overrides or ())
         run = create_run(root, config, run_id=run_id, preset=preset)
         print(f"created run {run.root}")
+    _rename(run)
     return continue_run(str(run.root), generations)
 
 
@@ -54,17 +78,16 @@ def subflows_without_heartbeat():
 
 
 def continue_run(run_dir: str, generations: int | None = None) -> dict:
-    """Generation subflows from the first incomplete one up to ``generations`` in all."""
+    """Generation subflows from the first incomplete one up to ``generations`` in all,
+    under the run's lock, after crashing what a dead process left Running."""
     run = open_run(run_dir)
     target = generations or run.config().generations
     summaries = {}
-    with subflows_without_heartbeat():
-        for g in range(run.next_generation(), target):
-            summaries[g] = generation_flow(str(run.root), g)
+    with run.lock():
+        crashed = crash_orphans(run)
+        if crashed:
+            print(f"set to Crashed (their process died): {', '.join(crashed)}")
+        with subflows_without_heartbeat():
+            for g in range(run.next_generation(), target):
+                summaries[g] = generation_flow(str(run.root), g)
     return {"run_dir": str(run.root), "generations": target, "ran": sorted(summaries)}
-
-
-@flow(name="populora-resume")
-def resume_flow(run_dir: str, generations: int | None = None) -> dict:
-    """Continues an existing run (the CLI's `populora resume`)."""
-    return continue_run(run_dir, generations)

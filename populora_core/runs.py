@@ -10,6 +10,8 @@ This module is the one owner of a run's layout::
       gen_NNNN/<artifact>.parquet
       gen_NNNN/updated/<id>/    adapters after this generation's update, before evolution
       gen_NNNN/_SUCCESS         written last: a generation without it is resumable
+      gen_NNNN/_attempts.jsonl  one line per stage computed: which process, how many seconds
+      .lock                     held (flock) by the one process working on the run
       eval/gen_NNNN/            held-out evaluation of a snapshot
 
 A run is created whole or not at all: the configuration is validated, the base
@@ -25,6 +27,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -36,13 +39,14 @@ import pandas as pd
 from populora_core.artifacts import (
     CONFIG_FILE,
     RUN_FILE,
+    TMP_MARK,
+    DamagedArtifact,
     is_complete,
     read_artifact,
     read_success,
     remove_partials,
     write_artifact,
     write_dir_atomic,
-    write_parquet_atomic,
     write_text_atomic,
 )
 from populora_core.config import ConfigError, RunConfig, config_to_yaml, load_config
@@ -56,6 +60,11 @@ from populora_core.population.adapters import (
 )
 
 RUNS_DIR_ENV = "POPULORA_RUNS"
+STALE_BUILD_S = 300.0
+"""A run's temp directory unchanged this long is a killed build's leftover (``remove_stale_builds``)."""
+ATTEMPTS = "_attempts.jsonl"
+ATTEMPT_ID = uuid.uuid4().hex[:12]
+"""This process's attempt at whatever generations it computes (``RunDir.log_stage``)."""
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -149,6 +158,19 @@ class RunDir:
     def exists(self) -> bool:
         return self.run_file.is_file() and self.config_file.is_file()
 
+    def lock(self, command: str | None = None):
+        """This process's exclusive hold on the run (``runlock.hold``; re-entrant);
+        raises RunBusy naming the live process that holds it."""
+        from populora_core import runlock
+
+        return runlock.hold(self.root, command)
+
+    def holder(self):
+        """The live process (another one) working on the run, or None (``runlock.Holder``)."""
+        from populora_core import runlock
+
+        return runlock.holder(self.root)
+
     @property
     def model_path(self) -> Path:
         """The resolved base model the run was created with."""
@@ -160,7 +182,42 @@ class RunDir:
 
     # artifacts and snapshots -------------------------------------------------------
     def read(self, generation: int, name: str) -> pd.DataFrame:
-        return read_artifact(self.gen(generation), name)
+        """Artifact ``name`` of ``generation``; an unreadable file raises DamagedArtifact
+        naming it and the command that recomputes it."""
+        try:
+            return read_artifact(self.gen(generation), name)
+        except DamagedArtifact as exc:
+            raise DamagedArtifact(exc.path, exc.reason, self.recompute_command(generation, name)) from None
+
+    def recompute_command(self, generation: int, name: str) -> str:
+        """How a user recomputes artifact ``name`` of ``generation``."""
+        if not self.is_complete(generation):
+            return f"`populora resume {self.root}` (removes it and recomputes its stage)"
+        from populora_core.stages.table import stage_of
+
+        stage = stage_of(name).name
+        return f"`populora replay {self.root} --generation {generation} --from {stage} --out {self.run_id}-repaired`"
+
+    def attempts_file(self, generation: int) -> Path:
+        return self.gen(generation) / ATTEMPTS
+
+    def log_stage(self, generation: int, stage: str, seconds: float) -> None:
+        """Appends that this process computed ``stage`` of ``generation`` in ``seconds``
+        (one short line per write: a killed process leaves whole lines)."""
+        line = {"attempt": ATTEMPT_ID, "pid": os.getpid(), "stage": stage, "seconds": round(seconds, 3)}
+        with open(self.attempts_file(generation), "a") as fh:
+            fh.write(json.dumps(line | {"at": round(time.time(), 3)}) + "\n")
+
+    def attempts(self, generation: int) -> list[dict]:
+        """Every process that computed stages of ``generation``, in order: attempt id, pid and
+        the seconds of each stage it computed."""
+        path = self.attempts_file(generation)
+        lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+        out: dict[str, dict] = {}
+        for line in lines:
+            entry = out.setdefault(line["attempt"], {"attempt": line["attempt"], "pid": line["pid"], "stages": {}})
+            entry["stages"][line["stage"]] = entry["stages"].get(line["stage"], 0.0) + line["seconds"]
+        return list(out.values())
 
     def write(self, generation: int, name: str, frame: pd.DataFrame) -> Path:
         """Writes artifact ``name`` of ``generation`` atomically, stamped with the run id."""
@@ -187,8 +244,11 @@ class RunDir:
             config = self.config()
             centroids = cvt_centroids(config.coverage.cells, config.seed, config.coverage.samples)
             write_text_atomic(json.dumps(REFERENCE_CALIBRATION, indent=2), self.calibration_file)
-            write_parquet_atomic(pd.DataFrame(centroids, columns=list(DESCRIPTOR_NAMES)), self.centroids_file)
-        return pd.read_parquet(self.centroids_file).to_numpy(dtype=np.float64)
+            frame = pd.DataFrame(centroids, columns=list(DESCRIPTOR_NAMES))
+            # artifact ``cvt_centroids``, stamped generation 0: the first generation measured on it
+            write_artifact(frame, self.root, "cvt_centroids", run_id=self.run_id, generation=0)
+        # by name: files of older runs have no meta columns
+        return pd.read_parquet(self.centroids_file, columns=list(DESCRIPTOR_NAMES)).to_numpy(dtype=np.float64)
 
     def calibration(self) -> dict[str, float] | None:
         """The descriptor calibration the run measures coverage with; None for a run made
@@ -254,9 +314,11 @@ def create_run(
     preset: str | None = None,
     allow_download: bool | None = None,
 ) -> RunDir:
-    """A new run directory with generation 0's population; nothing is written on failure."""
+    """A new run directory with generation 0's population; nothing is written on failure
+    (and what a killed ``create_run`` left, ``remove_stale_builds`` removes)."""
     from populora_core.models import resolve_model
 
+    remove_stale_builds(runs_dir)
     run_id = check_run_id(run_id or new_run_id(preset))
     final = Path(runs_dir) / run_id
     if final.exists():
@@ -268,7 +330,7 @@ def create_run(
     info = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model_path": str(model_path), "preset": preset}
 
     def fill(run: RunDir) -> None:
-        save_population(run.members_dir(0), 0, members, adapters, base_model=str(model_path))
+        save_population(run.members_dir(0), 0, members, adapters, base_model=config.model.name, run_id=run_id)
 
     return build_run(final, config, info, fill)
 
@@ -285,7 +347,37 @@ def open_run(path: str | Path, runs_dir: Path | None = None) -> RunDir:
 
 
 def list_runs(runs_dir: Path) -> list[RunDir]:
+    """The runs under ``runs_dir`` (after removing stale temp directories of killed builds)."""
     root = Path(runs_dir)
     if not root.is_dir():
         return []
+    remove_stale_builds(root)
     return [RunDir(p) for p in sorted(root.iterdir()) if p.is_dir() and RunDir(p).exists()]
+
+
+def remove_stale_builds(runs_dir: Path, *, older_than_s: float = STALE_BUILD_S) -> list[Path]:
+    """Removes the ``.<run>.tmp-*`` directories that a process killed while building a run
+    (``build_run``) left in ``runs_dir``; returns them. There is no lock, so a temp
+    directory counts as left over only when nothing in it changed for ``older_than_s``: a
+    build in progress writes continuously, and "its run is absent" holds for every build
+    in progress too, so that alone would delete another process's run being built."""
+    root = Path(runs_dir)
+    if not root.is_dir():
+        return []
+    now = time.time()
+    found = [p for p in root.iterdir() if p.name.startswith(".") and TMP_MARK in p.name and p.is_dir()]
+    stale = [p for p in found if not p.is_symlink() and now - _newest_mtime(p) > older_than_s]
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True)
+    return stale
+
+
+def _newest_mtime(directory: Path) -> float:
+    """The latest modification time of ``directory`` or anything in it (0 if it vanished)."""
+    newest = 0.0
+    for p in (directory, *directory.rglob("*")):
+        try:
+            newest = max(newest, p.lstat().st_mtime)
+        except FileNotFoundError:
+            pass
+    return newest

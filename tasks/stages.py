@@ -20,7 +20,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from populora_core.artifacts import mark_success
-from populora_core.runs import open_run
+from populora_core.runs import ATTEMPT_ID, RunDir, open_run
 from populora_core.stages import runner, summary, table
 
 
@@ -47,7 +47,9 @@ def finish_generation(run_dir: str, generation: int, records: dict[str, dict], s
 
     run = open_run(run_dir)
     record = summary.generation_summary(run, generation, records)
-    record["wall_seconds"] = time.time() - started
+    # this process's wall-clock, plus the stages earlier (killed) processes finished
+    earlier = sum(sum(a["stages"].values()) for a in record["attempts"] if a["attempt"] != ATTEMPT_ID)
+    record["wall_seconds"] = time.time() - started + earlier
     create_markdown_artifact(
         key=summary.artifact_key(run.run_id, generation),
         markdown=summary.summary_markdown(run, generation, record),
@@ -63,3 +65,9 @@ def finish_generation(run_dir: str, generation: int, records: dict[str, dict], s
 def stage_names() -> tuple[str, ...]:
     """The stages of a generation, in order (the stage table's)."""
     return table.stage_names()
+
+
+def remove_damaged(run: RunDir, generation: int) -> list[str]:
+    """Removes the outputs of every stage of ``generation`` with an unreadable artifact
+    (``runner.remove_damaged``), before the generation's stages run; one line per file."""
+    return runner.remove_damaged(run, generation)

@@ -4,12 +4,15 @@ On disk, one generation's population is a directory::
 
     population/gen_0003/
         population.parquet            id, role, birth_generation, parents, operator, mu, sigma
+                                      (artifact ``population``: run_id, generation, schema_version)
         teacher-g0000-0/
             adapter_config.json       PEFT LoraConfig
             adapter_model.safetensors lora_A / lora_B per module (PEFT key names)
             optimizer.pt              optimizer state, when the member has trained
 
-loadable unchanged by ``peft.PeftModel.from_pretrained`` and by vLLM. A
+loadable unchanged by ``peft.PeftModel.from_pretrained`` and by vLLM, on any
+machine: ``base_model_name_or_path`` names the base portably (a hub id, or the
+path as the user gave it), never the local cache it was loaded from. A
 snapshot is written into a temporary sibling directory and renamed into place,
 so a reader never sees half a population.
 """
@@ -28,8 +31,9 @@ import pandas as pd
 import torch
 from safetensors.torch import load_file, save_file
 
-from populora_core.artifacts import write_dir_atomic, write_file_atomic, write_parquet_atomic
+from populora_core.artifacts import write_artifact, write_dir_atomic, write_file_atomic
 from populora_core.config import PopulationConfig, RatingConfig
+from populora_core.models import portable_base_model
 from populora_core.population.lora import LoraAdapter, LoraFactors
 from populora_core.seeding import torch_generator
 
@@ -37,7 +41,8 @@ Role = Literal["teacher", "student"]
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 OPTIMIZER_STATE = "optimizer.pt"
-POPULATION_TABLE = "population.parquet"
+POPULATION_ARTIFACT = "population"
+POPULATION_TABLE = f"{POPULATION_ARTIFACT}.parquet"
 PEFT_PREFIX = "base_model.model."
 
 
@@ -148,11 +153,13 @@ def create_population(
 
 
 def peft_config(adapter: LoraAdapter, base_model: str) -> dict:
+    """PEFT's LoraConfig of ``adapter``; ``base_model`` (a reference or a resolved path) is
+    written portably (``models.portable_base_model``) so that the adapter travels."""
     targets = sorted({name.split(".")[-1] for name in adapter.modules})
     return {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
-        "base_model_name_or_path": base_model,
+        "base_model_name_or_path": portable_base_model(base_model),
         "r": adapter.rank,
         "lora_alpha": adapter.alpha,
         "lora_dropout": 0.0,
@@ -204,10 +211,10 @@ def load_optimizer_state(directory: Path) -> dict | None:
     return torch.load(path, weights_only=True) if path.exists() else None
 
 
-def members_frame(members: Sequence[Member], generation: int) -> pd.DataFrame:
+def members_frame(members: Sequence[Member]) -> pd.DataFrame:
+    """The payload of artifact ``population``: one row per member."""
     return pd.DataFrame(
         {
-            "generation": [generation] * len(members),
             "adapter_id": [m.adapter_id for m in members],
             "role": [m.role for m in members],
             "roles": [list(m.roles) for m in members],
@@ -222,6 +229,7 @@ def members_frame(members: Sequence[Member], generation: int) -> pd.DataFrame:
 
 
 def members_from_frame(frame: pd.DataFrame) -> list[Member]:
+    """Members from a population.parquet frame (meta columns, present or not, are ignored)."""
     return [
         Member(
             adapter_id=row.adapter_id,
@@ -245,13 +253,17 @@ def save_population(
     *,
     base_model: str = "",
     carry_optimizer_from: Path | None = None,
+    run_id: str | None = None,
 ) -> Path:
     """Writes one generation's snapshot into ``directory`` atomically (replacing an older
     one); returns it.
 
     ``carry_optimizer_from``: a previous snapshot whose optimizer states are
     copied for members that have no new one (unchanged members keep theirs).
+    ``run_id`` stamps population.parquet; by default the run directory's name, as a
+    snapshot lives at ``<run>/population/gen_NNNN``.
     """
+    run_id = run_id if run_id is not None else Path(directory).absolute().parent.parent.name
 
     def fill(tmp: Path) -> None:
         for m in members:
@@ -260,7 +272,7 @@ def save_population(
                 old = Path(carry_optimizer_from) / m.adapter_id / OPTIMIZER_STATE
                 if old.exists():
                     shutil.copy2(old, tmp / m.adapter_id / OPTIMIZER_STATE)
-        write_parquet_atomic(members_frame(members, generation), tmp / POPULATION_TABLE)
+        write_artifact(members_frame(members), tmp, POPULATION_ARTIFACT, run_id=run_id, generation=generation)
 
     return write_dir_atomic(Path(directory), fill, replace=True)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from populora_core.artifacts import artifact_path
+from populora_core.artifacts import artifact_path, damage
 from populora_core.problems import seed_buffers
 from populora_core.runs import RunDir
 from populora_core.stages import table
@@ -67,7 +67,33 @@ def _heavy(run: RunDir, generation: int, need: str) -> object:
 
 
 def is_done(run: RunDir, generation: int, stage: table.Stage) -> bool:
-    return artifact_path(run.gen(generation), stage.outputs[-1]).is_file()
+    """The stage's last artifact is there and readable (it is written last)."""
+    path = artifact_path(run.gen(generation), stage.outputs[-1])
+    return path.is_file() and damage(path) is None
+
+
+def damaged(run: RunDir, generation: int) -> dict[str, str]:
+    """Artifact name → why it cannot be read, for every unreadable artifact of ``generation``."""
+    found = {}
+    for stage in table.TABLE:
+        for output in stage.outputs:
+            path = artifact_path(run.gen(generation), output)
+            reason = damage(path) if path.is_file() else None
+            if reason:
+                found[output] = reason
+    return found
+
+
+def remove_damaged(run: RunDir, generation: int) -> list[str]:
+    """Deletes the outputs of every stage of an incomplete ``generation`` with an unreadable
+    artifact, so that its stage runs again; returns one line per file removed."""
+    lines = []
+    for name, reason in damaged(run, generation).items():
+        stage = table.stage_of(name)
+        for output in stage.outputs:
+            artifact_path(run.gen(generation), output).unlink(missing_ok=True)
+        lines.append(f"removed damaged {run.gen(generation).name}/{name}.parquet ({reason}): recomputing {stage.name}")
+    return lines
 
 
 def run_stage(run: RunDir, generation: int, name: str) -> dict:
@@ -85,6 +111,7 @@ def run_stage(run: RunDir, generation: int, name: str) -> dict:
             raise TypeError(f"stage {name!r} returned {len(frames)} frames for outputs {stage.outputs}")
         for output, frame in zip(stage.outputs, frames, strict=True):
             run.write(generation, output, frame)
+        run.log_stage(generation, name, time.perf_counter() - started)
     return {
         "stage": name,
         "generation": generation,
@@ -120,6 +147,8 @@ class RunStatus:
     next_generation: int
     next_stages_done: list[str]
     stages: tuple[str, ...]
+    damaged: dict[str, str]  # "gen_NNNN/<artifact>" -> why it cannot be read
+    holder: str | None  # the live process working on the run, if any
 
 
 def run_status(run: RunDir) -> RunStatus:
@@ -136,4 +165,6 @@ def run_status(run: RunDir) -> RunStatus:
         next_generation=nxt,
         next_stages_done=stages_done(run, nxt),
         stages=table.stage_names(),
+        damaged={f"{run.gen(g).name}/{name}": why for g in run.generations() for name, why in damaged(run, g).items()},
+        holder=holder.describe() if (holder := run.holder()) else None,
     )

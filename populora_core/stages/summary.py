@@ -14,7 +14,9 @@ from populora_core.runs import RunDir
 
 def generation_summary(run: RunDir, generation: int, records: Mapping[str, dict]) -> dict:
     """Headline figures of one generation (the CLI's one-line summary and the UI table),
-    from its artifacts and the stage records (seconds, which stages were resumed)."""
+    from its artifacts, the stage records (which stages were resumed) and the attempts log
+    (each stage's seconds, whichever process computed it: a resumed generation counts the
+    stages its killed predecessors finished too)."""
     problems, verdicts, rewards, ratings, lineage, coverage_frame, train_metrics = (
         run.read(generation, name)
         for name in ("problems", "verdicts", "rewards", "ratings", "lineage", "coverage", "train_metrics")
@@ -22,7 +24,8 @@ def generation_summary(run: RunDir, generation: int, records: Mapping[str, dict]
     fresh = problems[problems["source"] == "fresh"]
     students = verdicts.assign(correct=verdicts["status"] == "correct").groupby("student_id")["correct"].mean()
     teachers = rewards[rewards["kind"] == "proposal"].groupby("adapter_id")["reward"].mean()
-    seconds = {s: r["seconds"] for s, r in records.items()}
+    attempts = run.attempts(generation)
+    seconds = {s: sum(a["stages"].get(s, 0.0) for a in attempts) for s in records}
     return {
         "proposals": len(fresh),
         "valid_rate": float(fresh["valid"].mean()) if len(fresh) else 0.0,
@@ -49,7 +52,8 @@ def generation_summary(run: RunDir, generation: int, records: Mapping[str, dict]
             for k in METRIC_NAMES
         },
         "seconds": sum(seconds.values()),
-        "stage_seconds": seconds,
+        "stage_seconds": seconds,  # summed over every process that computed a stage
+        "attempts": attempts,
         "resumed_stages": [s for s, r in records.items() if r["cached"]],
     }
 

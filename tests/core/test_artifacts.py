@@ -80,3 +80,32 @@ def test_run_layout_knows_complete_and_next_generations(tmp_path):
     assert run.complete_generations() == [0, 1]
     assert run.next_generation() == 2
     assert run.generations() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_an_unreadable_artifact_is_named_in_one_line_with_the_command_that_recomputes_it(tmp_path, damage):
+    from populora_core.artifacts import DamagedArtifact
+    from populora_core.runs import RunDir
+    from populora_core.stages.runner import damaged, is_done, remove_damaged
+    from populora_core.stages.table import get_stage
+
+    run = RunDir(tmp_path / "r1")
+    path = run.write(0, "pairings", pairings())
+    assert is_done(run, 0, get_stage("pair"))
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"x" * len(data))
+
+    with pytest.raises(DamagedArtifact) as caught:  # the generation in progress: resume recomputes it
+        run.read(0, "pairings")
+    message = str(caught.value)
+    assert "\n" not in message and str(path) in message and f"populora resume {run.root}" in message
+    assert not is_done(run, 0, get_stage("pair")) and set(damaged(run, 0)) == {"pairings"}
+
+    mark_success(run.gen(0), {})  # a complete generation: replay recomputes it
+    with pytest.raises(DamagedArtifact, match=rf"populora replay {run.root} --generation 0 --from pair"):
+        run.read(0, "pairings")
+
+    (run.gen(0) / SUCCESS).unlink()
+    lines = remove_damaged(run, 0)
+    assert len(lines) == 1 and "pairings.parquet" in lines[0] and "recomputing pair" in lines[0]
+    assert not path.exists() and damaged(run, 0) == {}

@@ -67,3 +67,22 @@ def test_auto_dtype_is_bfloat16_only_where_the_hardware_computes_in_it(monkeypat
     for capability, expected in (((8, 0), "bfloat16"), ((7, 5), "float32")):  # A100 / T4 (emulated bf16)
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device, c=capability: c)
         assert resolve_dtype("auto", "cuda:1") == expected
+
+
+def test_adapters_name_their_base_portably(tmp_path, monkeypatch):
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    from populora_core.models import models_dir, portable_base_model
+
+    monkeypatch.setenv("POPULORA_CACHE", str(tmp_path))
+    # an embedded model, by name or by its cache directory: the hub model it was made from
+    assert portable_base_model("embedded:smollm2-135m-instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert portable_base_model(str(models_dir() / "qwen2.5-coder-0.5b-instruct")) == "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+    assert all(spec.hub_id for spec in EMBEDDED.values())
+    # a snapshot of the Hugging Face cache: its hub id; a hub id or a local path: as given
+    snapshot = f"{HF_HUB_CACHE}/models--Qwen--Qwen2.5-Coder-7B-Instruct/snapshots/0123abcd"
+    assert portable_base_model(snapshot) == "Qwen/Qwen2.5-Coder-7B-Instruct"
+    assert portable_base_model("Qwen/Qwen2.5-Coder-7B-Instruct") == "Qwen/Qwen2.5-Coder-7B-Instruct"
+    assert portable_base_model("./models/mine") == "./models/mine"
+    assert portable_base_model("/data/models/mine") == "/data/models/mine"
+    assert portable_base_model(str(models_dir() / "not-embedded")) == str(models_dir() / "not-embedded")

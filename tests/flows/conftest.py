@@ -81,10 +81,9 @@ def tiny_model() -> Path:
     return resolve_model("embedded:smollm2-135m-instruct", allow_download=True)
 
 
-def populora(args: list[str], env: dict[str, str], *, fault: str | None = None, timeout: float = 900):
-    """Runs the `populora` CLI in its own process group; returns the CompletedProcess."""
-    env = fault_env(env, fault) if fault else dict(env)
-    proc = subprocess.Popen(
+def start_populora(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """The `populora` CLI started in its own process group (output on ``stdout``)."""
+    return subprocess.Popen(
         [str(BIN / "populora"), *args],
         env=env,
         cwd=REPO,
@@ -93,6 +92,11 @@ def populora(args: list[str], env: dict[str, str], *, fault: str | None = None, 
         text=True,
         start_new_session=True,
     )
+
+
+def populora(args: list[str], env: dict[str, str], *, fault: str | None = None, timeout: float = 900):
+    """Runs the `populora` CLI in its own process group; returns the CompletedProcess."""
+    proc = start_populora(args, fault_env(env, fault) if fault else dict(env))
     try:
         out, _ = proc.communicate(timeout=timeout)
     finally:
@@ -101,6 +105,28 @@ def populora(args: list[str], env: dict[str, str], *, fault: str | None = None, 
         except ProcessLookupError:
             pass
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+
+
+def prefect_runs(env: dict[str, str], run_id: str) -> tuple[list, list, dict[str, str]]:
+    """(flow runs named after ``run_id``, their task runs, flow run name → flow name), read
+    from the server's API."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, FlowRunFilterName
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}), get_client(sync_client=True) as client:
+        flows = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_=run_id)))
+        flows = [f for f in flows if f.name == run_id or f.name.startswith(f"{run_id}/")]
+        ids = FlowRunFilterId(any_=[f.id for f in flows])
+        tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=ids)) if flows else []
+        flow_names = {f.flow_id: client.read_flow(f.flow_id).name for f in flows}
+    return flows, tasks, {f.name: flow_names[f.flow_id] for f in flows}
+
+
+def still_running(flows: list, tasks: list) -> list[str]:
+    """Names of the flow and task runs the server still shows in progress."""
+    live = {"RUNNING", "PENDING"}
+    return [r.name for r in [*flows, *tasks] if r.state and r.state.type.value in live]
 
 
 GENERATIONS = 2
@@ -116,3 +142,15 @@ def reference_run(prefect_server, tiny_model, tmp_path_factory):
     result = populora([*TRAIN, "--run-id", "reference", "--runs-dir", str(runs)], prefect_server)
     assert result.returncode == 0, result.stdout[-4000:]
     return RunDir(runs / "reference")
+
+
+@pytest.fixture(scope="session")
+def baseline_run(prefect_server, tiny_model, tmp_path_factory):
+    """One generation of the single-agent baseline (cpu-tiny-baseline: one adapter in both roles)."""
+    from populora_core.runs import RunDir
+
+    runs = tmp_path_factory.mktemp("baseline-runs")
+    args = ["train", "--preset", "cpu-tiny-baseline", "--generations", "1", "--run-id", "baseline"]
+    result = populora([*args, "--runs-dir", str(runs)], prefect_server)
+    assert result.returncode == 0, result.stdout[-4000:]
+    return RunDir(runs / "baseline")

@@ -14,7 +14,7 @@ from populora_core.config import load_config
 from populora_core.runs import RunDir, create_run
 from populora_core.stages.summary import artifact_key
 from tests.faults.inject import fault_env
-from tests.flows.conftest import BIN, REPO
+from tests.flows.conftest import BIN, REPO, prefect_runs, still_running
 
 
 def prefect(args: list[str], env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -41,7 +41,7 @@ def test_generation_deployment_crashes_is_retried_from_the_ui_and_publishes_its_
     for name in (
         "populora-train/train",
         "populora-generation/generation",
-        "populora-resume/resume",
+        "populora-train/resume",
         "populora-analyze/analyze",
         "populora-evaluate/evaluate",
     ):
@@ -81,6 +81,10 @@ def test_generation_deployment_crashes_is_retried_from_the_ui_and_publishes_its_
         assert flow_run.state.is_completed(), flow_run.state
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
     assert artifacts, f"no artifact {key}"
+    # the killed attempt's stage task is not left Running beside the retried flow run
+    flows, tasks, kinds = prefect_runs(env, "deployed")
+    assert kinds == {"deployed/gen_0000": "populora-generation"} and still_running(flows, tasks) == []
+    assert any(t.state.is_crashed() and t.name == "verify-gen0" for t in tasks), [(t.name, t.state.type) for t in tasks]
     markdown = artifacts[0].data
     assert "generation 0" in markdown and "| adapter | role | solve rate |" in markdown
     assert "pairings.parquet" in markdown

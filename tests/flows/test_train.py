@@ -25,7 +25,7 @@ from populora_core.config import load_config
 from populora_core.population.adapters import POPULATION_TABLE
 from populora_core.runs import RunDir
 from populora_core.stages.table import TABLE, get_stage
-from tests.flows.conftest import GENERATIONS, TRAIN, populora
+from tests.flows.conftest import GENERATIONS, TRAIN, populora, prefect_runs, still_running
 
 # Columns that measure time, not results.
 TIMING = {"verdicts": ["seconds"], "train_metrics": ["seconds"]}
@@ -101,7 +101,7 @@ def _frames(run: RunDir) -> dict[str, pd.DataFrame]:
             frame = pd.read_parquet(path).drop(columns=["run_id", *TIMING.get(name, [])])
             out[f"gen_{g}/{name}"] = frame
     for g in range(GENERATIONS + 1):
-        out[f"population/{g}"] = members(run, g)
+        out[f"population/{g}"] = members(run, g).drop(columns=["run_id"])
     return out
 
 
@@ -143,6 +143,21 @@ def test_sigkill_during_each_stage_then_resume_gives_the_uninterrupted_artifacts
     # the final generation reports which stages were already done when it resumed
     resumed = json.loads((run.gen(1) / SUCCESS).read_text())["resumed_stages"]
     assert resumed == ["pair"]
+    # generation 0's seconds count every stage, each computed by a different killed process
+    first = json.loads((run.gen(0) / SUCCESS).read_text())
+    assert len(first["attempts"]) == len(TABLE) and all(s > 0 for s in first["stage_seconds"].values())
+    assert first["seconds"] == pytest.approx(sum(first["stage_seconds"].values()))
+    # the Prefect UI: every killed process's flow runs were set to Crashed by the next resume
+    flows, tasks, kinds = prefect_runs(prefect_server, "crashed")
+    assert still_running(flows, tasks) == []
+    crashed = [f for f in flows if f.state.is_crashed()]
+    assert len(crashed) >= 2 * len(faults), [(f.name, f.state.type) for f in flows]
+    assert all("process died" in (f.state.message or "") for f in crashed)
+    assert kinds == {
+        "crashed": "populora-train",
+        "crashed/gen_0000": "populora-generation",
+        "crashed/gen_0001": "populora-generation",
+    }
 
 
 def test_replay_recomputes_from_a_stage_without_regenerating_upstream(reference_run, prefect_server, tmp_path):
@@ -213,24 +228,8 @@ def test_resume_of_a_missing_run_is_a_clear_error(tmp_path, prefect_server):
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
-def test_single_agent_baseline_runs_through_the_flow_compute_matched(reference_run, prefect_server, tmp_path):
-    runs = tmp_path / "runs"
-    result = populora(
-        [
-            "train",
-            "--preset",
-            "cpu-tiny-baseline",
-            "--generations",
-            "1",
-            "--run-id",
-            "baseline",
-            "--runs-dir",
-            str(runs),
-        ],
-        prefect_server,
-    )
-    assert result.returncode == 0, result.stdout[-3000:]
-    run = RunDir(runs / "baseline")
+def test_single_agent_baseline_runs_through_the_flow_compute_matched(reference_run, baseline_run):
+    run = baseline_run
     assert run.complete_generations() == [0]
     pop = members(run, 0)
     assert len(pop) == 1 and sorted(pop["roles"].iloc[0]) == ["student", "teacher"]

@@ -1,0 +1,141 @@
+"""One process at a time works on a run: an OS lock on ``<run>/.lock``.
+
+``hold(run_root, command)`` takes an exclusive ``flock`` on the run's lock file and
+writes who holds it (host, pid, command, since when) into it. The kernel releases
+the lock when the holder dies, however it dies, so a lock left by a killed process
+is simply taken over; there is no heartbeat to expire and no stale file to clean.
+A second ``train``/``resume``/``replay`` of the same run fails at once with
+``RunBusy`` naming the holder. The lock is re-entrant within a process: the CLI
+takes it before it starts the flow, and the flows (which also run from
+deployments, where no CLI took it) take it again.
+
+``flock`` is per host: a run directory on a shared filesystem is locked by the
+driver process, which is the only one that writes a run's progress.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+LOCK_FILE = ".lock"
+
+
+class RunBusy(RuntimeError):
+    """The run is being worked on by another live process (the message names it)."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    host: str
+    pid: int
+    command: str
+    since: str
+
+    def describe(self) -> str:
+        return f"pid {self.pid} on {self.host} ({self.command}, since {self.since})"
+
+
+_held: dict[str, list] = {}  # resolved lock path -> [fd, depth]
+_guard = threading.Lock()
+
+
+def lock_path(run_root: str | Path) -> Path:
+    return Path(run_root) / LOCK_FILE
+
+
+def _read_holder(fd: int) -> Holder | None:
+    try:
+        data = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+        return Holder(data["host"], int(data["pid"]), data["command"], data["since"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _try_lock(fd: int, tries: int = 4) -> bool:
+    """An exclusive lock without waiting for a holder; retried briefly, since ``holder()``
+    in another process takes a shared lock for an instant."""
+    for i in range(tries):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if i < tries - 1:
+                time.sleep(0.05)
+    return False
+
+
+def acquire(run_root: str | Path, command: str | None = None) -> None:
+    """Takes the run's lock (again, if this process holds it); raises RunBusy if another does."""
+    path = lock_path(run_root).resolve()
+    with _guard:
+        if str(path) in _held:
+            _held[str(path)][1] += 1
+            return
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if not _try_lock(fd):
+            holder = _read_holder(fd)
+            os.close(fd)
+            who = holder.describe() if holder else "another process"
+            raise RunBusy(
+                f"run {Path(run_root)} is in use by {who}; wait for it to finish or stop it "
+                f"(a killed holder releases the run at once)"
+            ) from None
+        me = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "command": command or " ".join(["populora", *sys.argv[1:]])[:200],
+            "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(me).encode(), 0)
+        _held[str(path)] = [fd, 1]
+
+
+def release(run_root: str | Path) -> None:
+    path = str(lock_path(run_root).resolve())
+    with _guard:
+        entry = _held.get(path)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            del _held[path]
+            os.ftruncate(entry[0], 0)
+            os.close(entry[0])  # closing the descriptor releases the flock
+
+
+@contextmanager
+def hold(run_root: str | Path, command: str | None = None) -> Iterator[None]:
+    """The run's lock for the duration of the block (re-entrant)."""
+    acquire(run_root, command)
+    try:
+        yield
+    finally:
+        release(run_root)
+
+
+def holder(run_root: str | Path) -> Holder | None:
+    """Who works on the run now, if anyone but this process (None when it is free)."""
+    path = lock_path(run_root)
+    if not path.is_file() or str(path.resolve()) in _held:
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_holder(fd) or Holder("?", 0, "unknown", "?")
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

@@ -1,0 +1,88 @@
+"""Creating and listing runs: typed snapshots, portable adapters, killed builds cleaned up.
+
+The base model here is a local directory holding only a tiny ``config.json``: creating a
+run sizes the adapters from it and never loads weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from populora_core.artifacts import TMP_MARK, check_artifact, full_schema
+from populora_core.config import load_config
+from populora_core.metrics.coverage import DESCRIPTOR_NAMES
+from populora_core.runs import STALE_BUILD_S, RunDir, create_run, list_runs
+from tests.helpers import TINY_QWEN2
+
+
+@pytest.fixture
+def local_model(tmp_path, monkeypatch):
+    """``./tiny``, relative to the working directory, as a user may name it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "config.json").write_text(json.dumps(TINY_QWEN2))
+    return "./tiny"
+
+
+def _age(path, seconds: float) -> None:
+    old = time.time() - seconds
+    for p in (path, *path.rglob("*")):
+        os.utime(p, (old, old))
+
+
+def test_a_created_run_has_typed_snapshot_and_centroids_and_portable_adapters(tmp_path, local_model):
+    config = load_config(preset="cpu-tiny", overrides=[f"model.name={local_model}"])
+    run = create_run(tmp_path / "runs", config, run_id="r1")
+    snapshot = run.members_dir(0) / "population.parquet"
+    check_artifact(snapshot)
+    assert pq.read_schema(snapshot).field("parents").type == pa.list_(pa.string())  # not list<null>
+    frame = run.members_frame(0)
+    assert set(frame["run_id"]) == {"r1"} and set(frame["generation"]) == {0}
+    assert len(run.members(0)) == config.population.teachers + config.population.students
+    for adapter_dir in run.adapter_dirs(0).values():
+        cfg = json.loads((adapter_dir / "adapter_config.json").read_text())
+        assert cfg["base_model_name_or_path"] == local_model  # as the user gave it
+
+    centroids = run.centroids()
+    check_artifact(run.centroids_file)
+    stored = pd.read_parquet(run.centroids_file)
+    assert set(stored["run_id"]) == {"r1"} and set(stored["generation"]) == {0}
+    assert centroids.dtype == np.float64 and np.array_equal(centroids, stored[list(DESCRIPTOR_NAMES)].to_numpy())
+
+
+def test_snapshot_and_centroids_of_runs_older_than_their_schemas_still_read(tmp_path, local_model):
+    config = load_config(preset="cpu-tiny", overrides=[f"model.name={local_model}"])
+    run = create_run(tmp_path / "runs", config, run_id="old")
+    members, centroids = run.members(0), run.centroids()
+    # as written before: no meta columns, int64 generation, empty parents typed list<null>
+    old = run.members_frame(0).drop(columns=["run_id", "schema_version"]).assign(parents=[[]] * len(members))
+    pq.write_table(pa.Table.from_pandas(old, preserve_index=False), run.members_dir(0) / "population.parquet")
+    assert pq.read_schema(run.members_dir(0) / "population.parquet").field("parents").type == pa.list_(pa.null())
+    pd.DataFrame(centroids, columns=list(DESCRIPTOR_NAMES)).to_parquet(run.centroids_file, index=False)
+    assert run.members(0) == members
+    assert np.array_equal(RunDir(run.root).centroids(), centroids)
+    assert not full_schema("population").equals(pq.read_schema(run.members_dir(0) / "population.parquet"))
+
+
+def test_create_and_list_remove_what_killed_builds_left_but_not_a_build_in_progress(tmp_path, local_model):
+    runs = tmp_path / "runs"
+    killed = runs / f".killed{TMP_MARK}0badc0de"
+    (killed / "population" / "gen_0000").mkdir(parents=True)
+    _age(killed, STALE_BUILD_S + 60)
+    building = runs / f".building{TMP_MARK}12345678"  # another process writing right now
+    building.mkdir()
+    config = load_config(preset="cpu-tiny", overrides=[f"model.name={local_model}"])
+    run = create_run(runs, config, run_id="r1")
+    assert not killed.exists() and building.is_dir()
+    assert [r.root for r in list_runs(runs)] == [run.root] and building.is_dir()
+    _age(building, STALE_BUILD_S + 60)
+    assert [r.root for r in list_runs(runs)] == [run.root]
+    assert sorted(p.name for p in runs.iterdir()) == ["r1"]

@@ -1,0 +1,101 @@
+"""What the CLI and the Prefect UI say after a crash: one process per run, killed runs shown
+Crashed, damaged artifacts named and recomputed. Real CLI processes, a real Prefect server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pandas as pd
+
+from populora_core.artifacts import artifact_path
+from populora_core.runs import RunDir
+from tests.flows.conftest import populora, prefect_runs, start_populora, still_running
+
+
+def _wide(env: dict[str, str]) -> dict[str, str]:
+    return dict(env, COLUMNS="400")  # rich wraps long paths at 80 columns otherwise
+
+
+def _truncate(path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _wait_for_holder(run: RunDir, proc: subprocess.Popen, timeout: float = 300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        holder = run.holder() if run.exists() else None
+        if holder is not None:
+            return holder
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        time.sleep(0.2)
+    raise AssertionError("the first run never took its lock")
+
+
+def test_a_second_resume_fails_at_once_naming_the_holder_and_a_killed_holder_is_taken_over(
+    prefect_server, tiny_model, tmp_path
+):
+    prefect_server = _wide(prefect_server)
+    runs = tmp_path / "runs"
+    run = RunDir(runs / "busy")
+    args = ["train", "--preset", "cpu-tiny", "--generations", "1", "--run-id", "busy", "--runs-dir", str(runs)]
+    first = start_populora(args, prefect_server)
+    try:
+        holder = _wait_for_holder(run, first)
+        assert holder.pid == first.pid and "populora train" in holder.command
+        second = populora(["resume", str(run.root)], prefect_server, timeout=120)
+        assert second.returncode == 2, second.stdout[-3000:]
+        assert f"in use by pid {first.pid}" in second.stdout and "Traceback" not in second.stdout
+        listing = populora(["runs", "--runs-dir", str(runs)], prefect_server)
+        assert f"running: pid {first.pid}" in " ".join(listing.stdout.split()), listing.stdout
+        time.sleep(8)  # let it get into the generation flow before it dies
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    assert run.holder() is None
+    final = populora(["resume", str(run.root)], prefect_server)
+    assert final.returncode == 0, final.stdout[-3000:]
+    assert "set to Crashed" in final.stdout and "busy" in final.stdout
+    assert run.complete_generations() == [0]
+    flows, tasks, kinds = prefect_runs(prefect_server, "busy")
+    assert kinds == {"busy": "populora-train", "busy/gen_0000": "populora-generation"}
+    assert still_running(flows, tasks) == []
+    assert sorted(f.state.type.value for f in flows if f.name == "busy") == ["COMPLETED", "CRASHED"]
+    state = populora(["runs", "--runs-dir", str(runs)], prefect_server)
+    assert "complete" in state.stdout and "running" not in state.stdout
+
+
+def test_a_truncated_artifact_is_named_by_status_recomputed_by_resume_and_named_by_analyze(
+    reference_run, prefect_server, tmp_path
+):
+    prefect_server = _wide(prefect_server)
+    out = tmp_path / "partial"
+    replay = ["replay", str(reference_run.root), "--from", "pair", "--until", "solve", "--out", str(out)]
+    assert populora(replay, prefect_server).returncode == 0
+    run = RunDir(out)
+    problems = artifact_path(run.gen(0), "problems")
+    _truncate(problems)
+
+    status = populora(["status", str(out)], prefect_server)
+    assert status.returncode == 0, status.stdout[-3000:]
+    text = " ".join(status.stdout.split())
+    assert "damaged gen_0000/problems.parquet" in text and f"populora resume {out}" in text
+    assert "stages done: pair, propose, solve (" in text  # not validate: its artifact is unreadable
+
+    resumed = populora(["resume", str(out), "--generations", "1"], prefect_server)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "removed damaged gen_0000/problems.parquet" in resumed.stdout
+    pd.testing.assert_frame_equal(
+        run.read(0, "problems").drop(columns="run_id"), reference_run.read(0, "problems").drop(columns="run_id")
+    )
+
+    _truncate(artifact_path(run.gen(0), "verdicts"))  # now in a complete generation
+    status = " ".join(populora(["status", str(out)], prefect_server).stdout.split())
+    assert "damaged gen_0000/verdicts.parquet" in status
+    assert f"populora replay {out} --generation 0 --from verify" in status
+    analyze = populora(["analyze", str(out)], prefect_server)
+    assert analyze.returncode == 2 and "Traceback" not in analyze.stdout
+    assert "verdicts.parquet is damaged" in " ".join(analyze.stdout.split()), analyze.stdout[-2000:]

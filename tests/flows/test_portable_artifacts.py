@@ -1,0 +1,83 @@
+"""A run's files mean the same thing outside it: every artifact kind reads as one table
+across generations and runs (one duckdb glob each), and its adapters name their base
+model by hub id, loadable by PEFT anywhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+
+from populora_core.artifacts import RUN_SCHEMAS, SCHEMA_VERSION, SCHEMAS
+from populora_core.runs import RunDir
+
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what embedded:smollm2-135m-instruct was made from
+
+
+def pattern(kind: str) -> str:
+    """Where a run keeps the files of artifact ``kind``, as a glob under its root."""
+    return {"population": "population/gen_*/population.parquet", "cvt_centroids": "cvt_centroids.parquet"}.get(
+        kind, f"gen_*/{kind}.parquet"
+    )
+
+
+def expected_rows(run: RunDir, kind: str) -> dict[tuple[str, int], int]:
+    """(run id, generation) → rows, from the files themselves (empty files add nothing)."""
+    files = sorted(run.root.glob(pattern(kind)))
+    wanted = {"population": len(run.complete_generations()) + 1, "cvt_centroids": 1}
+    assert len(files) == wanted.get(kind, len(run.complete_generations())), (run.run_id, kind)
+    rows = {}
+    for path in files:
+        generation = 0 if kind == "cvt_centroids" else int(path.parent.name.removeprefix("gen_"))
+        if n := pq.read_metadata(path).num_rows:
+            rows[(run.run_id, generation)] = n
+    return rows
+
+
+def test_every_artifact_kind_reads_as_one_table_across_generations_and_runs(reference_run, baseline_run):
+    runs = (reference_run, baseline_run)
+    con = duckdb.connect()
+    for kind in [*SCHEMAS, *RUN_SCHEMAS]:
+        source = "read_parquet([{}])".format(", ".join(f"'{run.root}/{pattern(kind)}'" for run in runs))
+        types = {row[0]: row[1] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+        assert (types["run_id"], types["generation"], types["schema_version"]) == ("VARCHAR", "INTEGER", "SMALLINT"), (
+            kind,
+            types,
+        )
+        query = f"SELECT run_id, generation, schema_version, count(*) FROM {source} GROUP BY ALL"
+        seen = con.execute(query).fetchall()
+        expected = expected_rows(reference_run, kind) | expected_rows(baseline_run, kind)
+        assert {(r, g): n for r, g, _, n in seen} == expected, kind
+        assert {v for _, _, v, _ in seen} == {SCHEMA_VERSION}, kind
+        if kind != "lineage":  # the baseline has nobody to replace: its lineage is empty
+            assert {r for r, _ in expected} == {"reference", "baseline"}, kind
+
+
+def test_adapters_name_their_base_by_hub_id_and_load_in_peft(reference_run):
+    from peft import LoraConfig, PeftModel
+
+    from populora_core.models import load_model
+
+    configs = sorted(reference_run.root.rglob("adapter_config.json"))
+    # written by create_run (population/gen_0000), the update (gen_N/updated) and evolution
+    assert {p.relative_to(reference_run.root).parts[0] for p in configs} == {"population", "gen_0000", "gen_0001"}
+    assert any(p.parent.parent.name == "gen_0002" for p in configs)
+
+    def strings(value) -> list[str]:
+        if isinstance(value, dict):
+            return [s for v in value.values() for s in strings(v)]
+        if isinstance(value, list):
+            return [s for v in value for s in strings(v)]
+        return [value] if isinstance(value, str) else []
+
+    for path in configs:
+        cfg = json.loads(path.read_text())
+        assert cfg["base_model_name_or_path"] == SMOLLM2, path
+        assert not [s for s in strings(cfg) if Path(s).is_absolute() or s.startswith("~")], path
+    adapter = configs[0].parent
+    assert LoraConfig.from_pretrained(str(adapter)).base_model_name_or_path == SMOLLM2
+    model, _ = load_model(reference_run.model_path, dtype="float32")
+    peft_model = PeftModel.from_pretrained(model, str(adapter))
+    assert peft_model.peft_config["default"].base_model_name_or_path == SMOLLM2
