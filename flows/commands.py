@@ -132,10 +132,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from populora_core.artifacts import ArtifactError
     from populora_core.config import ConfigError
     from populora_core.models import ModelUnavailable
-    from populora_core.runlock import RunBusy
+    from populora_core.runlock import RunLockError
     from populora_core.sandbox import SandboxUnavailable
 
-    return (ConfigError, ModelUnavailable, SandboxUnavailable, ArtifactError, RunBusy)
+    return (ConfigError, ModelUnavailable, SandboxUnavailable, ArtifactError, RunLockError)
 
 
 def _error(console, message: object) -> int:
@@ -293,7 +293,7 @@ def _state(st) -> str:
         state = "complete"
     else:
         state = f"resumable at gen {st.next_generation}"
-    return state + (f"; {len(st.damaged)} damaged file(s): populora status" if st.damaged else "")
+    return state + (f"; {len(st.damaged)} damaged file(s): populora status {st.path}" if st.damaged else "")
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

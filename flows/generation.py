@@ -47,7 +47,7 @@ def generation_flow(run_dir: str, generation: int | None = None, until: str | No
     replay), leaving the generation incomplete.
     """
     run = open_run(run_dir, default_runs_dir())
-    with run.lock():
+    with run.lock(f"{flow_run.get_flow_name()} flow run {flow_run.get_name()}"):
         if flow_run.get_parent_flow_run_id() is None:
             crash_orphans(run)
         return _generation(run, generation, until)

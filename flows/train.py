@@ -18,7 +18,7 @@ from prefect.runtime import flow_run
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
 from flows.generation import generation_flow
-from populora_core.config import DEFAULT_PRESET, load_config
+from populora_core.config import DEFAULT_PRESET, ConfigError, load_config
 from populora_core.runs import RunDir, create_run, default_runs_dir, open_run
 from tasks.orphans import crash_orphans
 
@@ -58,12 +58,20 @@ def train_flow(
     root = Path(runs_dir) if runs_dir else default_runs_dir()
     if run_id and (RunDir(run_id).exists() or (root / run_id).exists()):
         run = open_run(run_id, root)
+    elif preset is None and config_path is None:  # the `resume` deployment: never a new run
+        raise ConfigError(f"no run {run_id!r} to resume in {root}; give run_id (a run id or directory)")
     else:
         config = load_config(config_path, preset=preset, overrides=overrides or ())
         run = create_run(root, config, run_id=run_id, preset=preset)
         print(f"created run {run.root}")
-    _rename(run)
-    return continue_run(str(run.root), generations)
+    with run.lock(_holding()):
+        _rename(run)
+        return continue_run(str(run.root), generations)
+
+
+def _holding() -> str:
+    """What the run lock records as its holder when a flow (not the CLI) takes it."""
+    return f"{flow_run.get_flow_name()} flow run {flow_run.get_name()}"
 
 
 def subflows_without_heartbeat():
@@ -83,7 +91,7 @@ def continue_run(run_dir: str, generations: int | None = None) -> dict:
     run = open_run(run_dir)
     target = generations or run.config().generations
     summaries = {}
-    with run.lock():
+    with run.lock(_holding()):
         crashed = crash_orphans(run)
         if crashed:
             print(f"set to Crashed (their process died): {', '.join(crashed)}")

@@ -234,10 +234,11 @@ def damage(path: Path) -> str | None:
     return None
 
 
-def read_parquet(path: Path) -> pa.Table:
-    """The table in ``path``; a file that cannot be read raises DamagedArtifact naming it."""
+def read_parquet(path: Path, columns: list[str] | None = None) -> pa.Table:
+    """The table in ``path`` (every Parquet file populora reads goes through here); a file
+    that cannot be read raises DamagedArtifact naming it."""
     try:
-        return pq.read_table(path)
+        return pq.read_table(path, columns=columns)
     except FileNotFoundError:
         raise ArtifactError(f"artifact {path} is missing") from None
     except (OSError, pa.ArrowException) as exc:

@@ -139,6 +139,33 @@ def portable_base_model(ref: str) -> str:
     return ref
 
 
+def checkpoint_digest(path: Path) -> str:
+    """sha256 over a checkpoint directory's files (names and bytes, in name order; dot
+    files skipped), cached beside them in ``.populora-digest.json`` while their sizes and
+    times are unchanged (a 0.5B checkpoint takes seconds to hash)."""
+    path = Path(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    stamp = [[str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+    cache = path / ".populora-digest.json"
+    try:
+        cached = json.loads(cache.read_text())
+        if cached["files"] == stamp:
+            return cached["sha256"]
+    except (OSError, ValueError, KeyError):
+        pass
+    digest = hashlib.sha256()
+    for p in files:
+        digest.update(str(p.relative_to(path)).encode() + b"\0")
+        with open(p, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    try:
+        cache.write_text(json.dumps({"files": stamp, "sha256": digest.hexdigest()}))
+    except OSError:
+        pass  # a read-only cache: hash again next time
+    return digest.hexdigest()
+
+
 def _resolve_hub(repo_id: str) -> Path:
     from huggingface_hub import snapshot_download
 

@@ -30,7 +30,11 @@ from pathlib import Path
 LOCK_FILE = ".lock"
 
 
-class RunBusy(RuntimeError):
+class RunLockError(RuntimeError):
+    """The run's lock cannot be taken (the message says why)."""
+
+
+class RunBusy(RunLockError):
     """The run is being worked on by another live process (the message names it)."""
 
 
@@ -81,7 +85,10 @@ def acquire(run_root: str | Path, command: str | None = None) -> None:
         if str(path) in _held:
             _held[str(path)][1] += 1
             return
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RunLockError(f"cannot open the run's lock file {path}: {exc.strerror}") from None
         if not _try_lock(fd):
             holder = _read_holder(fd)
             os.close(fd)
@@ -96,8 +103,12 @@ def acquire(run_root: str | Path, command: str | None = None) -> None:
             "command": command or " ".join(["populora", *sys.argv[1:]])[:200],
             "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(me).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(me).encode(), 0)
+        except OSError:
+            os.close(fd)  # releases the lock
+            raise
         _held[str(path)] = [fd, 1]
 
 

@@ -43,6 +43,7 @@ from populora_core.artifacts import (
     DamagedArtifact,
     is_complete,
     read_artifact,
+    read_parquet,
     read_success,
     remove_partials,
     write_artifact,
@@ -225,7 +226,7 @@ class RunDir:
 
     def members_frame(self, generation: int) -> pd.DataFrame:
         """Snapshot ``generation``'s population.parquet."""
-        return pd.read_parquet(self.members_dir(generation) / POPULATION_TABLE)
+        return read_parquet(self.members_dir(generation) / POPULATION_TABLE).to_pandas()
 
     def members(self, generation: int) -> list[Member]:
         """The members of snapshot ``generation``."""
@@ -248,7 +249,8 @@ class RunDir:
             # artifact ``cvt_centroids``, stamped generation 0: the first generation measured on it
             write_artifact(frame, self.root, "cvt_centroids", run_id=self.run_id, generation=0)
         # by name: files of older runs have no meta columns
-        return pd.read_parquet(self.centroids_file, columns=list(DESCRIPTOR_NAMES)).to_numpy(dtype=np.float64)
+        table = read_parquet(self.centroids_file, columns=list(DESCRIPTOR_NAMES))
+        return table.to_pandas().to_numpy(dtype=np.float64)
 
     def calibration(self) -> dict[str, float] | None:
         """The descriptor calibration the run measures coverage with; None for a run made
@@ -316,7 +318,7 @@ def create_run(
 ) -> RunDir:
     """A new run directory with generation 0's population; nothing is written on failure
     (and what a killed ``create_run`` left, ``remove_stale_builds`` removes)."""
-    from populora_core.models import resolve_model
+    from populora_core.models import checkpoint_digest, portable_base_model, resolve_model
 
     remove_stale_builds(runs_dir)
     run_id = check_run_id(run_id or new_run_id(preset))
@@ -327,7 +329,13 @@ def create_run(
     check_sandbox(config)
     shapes = lora_shapes(json.loads((model_path / "config.json").read_text()), config.population.target_modules)
     members, adapters = create_population(config.population, config.rating, shapes, config.seed)
-    info = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model_path": str(model_path), "preset": preset}
+    info = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "model": portable_base_model(config.model.name),  # what the adapters name as their base
+        "model_path": str(model_path),  # where this machine loaded it from
+        "model_sha256": checkpoint_digest(model_path),
+        "preset": preset,
+    }
 
     def fill(run: RunDir) -> None:
         save_population(run.members_dir(0), 0, members, adapters, base_model=config.model.name, run_id=run_id)

@@ -20,7 +20,7 @@ from uuid import UUID
 
 from populora_core.runs import RunDir, default_runs_dir
 
-_LIVE = ("RUNNING", "PENDING", "CANCELLING")
+_LIVE = ("RUNNING", "CANCELLING")
 
 
 def run_of(parameters: dict) -> Path | None:

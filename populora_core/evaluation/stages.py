@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from populora_core.artifacts import write_parquet_atomic, write_text_atomic
+from populora_core.artifacts import read_parquet, write_parquet_atomic, write_text_atomic
 from populora_core.evaluation.benchmarks import default_max_new_tokens, load_benchmark
 from populora_core.evaluation.runner import evaluate
 from populora_core.evaluation.tables import (
@@ -60,7 +60,7 @@ def evaluate_benchmark(
     max_new_tokens = max_new_tokens or default_max_new_tokens(benchmark)
     path = run.eval_part(generation, benchmark, settings_key(data_dir, limit, max_new_tokens, include_base))
     if path.is_file():
-        return {"path": str(path), "rows": len(pd.read_parquet(path)), "cached": True}
+        return {"path": str(path), "rows": read_parquet(path).num_rows, "cached": True}
     runtime = get_runtime(run.config(), run.model_path)
     served = run.adapter_dirs(generation)
     runtime.serve(served)
@@ -74,7 +74,7 @@ def evaluate_benchmark(
 def evaluation_table(run: RunDir, generation: int, parts: Sequence[str]) -> dict:
     """Joins the benchmark parts into results (adapter by adapter, as one batch over every
     benchmark would give them), the pass@1 tables and their Markdown (all atomic)."""
-    results = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+    results = pd.concat([read_parquet(p).to_pandas() for p in parts], ignore_index=True)
     order = {a: i for i, a in enumerate(dict.fromkeys(results["adapter_id"]))}
     results = results.sort_values("adapter_id", key=lambda s: s.map(order), kind="stable", ignore_index=True)
     table = pass_at_1(results)
@@ -96,7 +96,7 @@ def comparison_table(runs: Sequence[tuple[RunDir, int]]) -> dict:
         path = run.eval_dir(generation) / "pass_at_1.parquet"
         if not path.is_file():
             raise FileNotFoundError(f"{run.run_id} has no evaluation of generation {generation} ({path})")
-        tables[f"{run.run_id} gen {generation}"] = pd.read_parquet(path)
+        tables[f"{run.run_id} gen {generation}"] = read_parquet(path).to_pandas()
     frame = comparison(tables)
     first = runs[0][0]
     out = first.root / "eval"

@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 from safetensors.torch import load_file, save_file
 
-from populora_core.artifacts import write_artifact, write_dir_atomic, write_file_atomic
+from populora_core.artifacts import read_parquet, write_artifact, write_dir_atomic, write_file_atomic
 from populora_core.config import PopulationConfig, RatingConfig
 from populora_core.models import portable_base_model
 from populora_core.population.lora import LoraAdapter, LoraFactors
@@ -280,5 +280,5 @@ def save_population(
 def load_population(directory: Path) -> tuple[list[Member], dict[str, LoraAdapter]]:
     """Reads a snapshot written by ``save_population``."""
     directory = Path(directory)
-    members = members_from_frame(pd.read_parquet(directory / POPULATION_TABLE))
+    members = members_from_frame(read_parquet(directory / POPULATION_TABLE).to_pandas())
     return members, {m.adapter_id: load_adapter(directory / m.adapter_id) for m in members}

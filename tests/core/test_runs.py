@@ -19,6 +19,7 @@ import pytest
 from populora_core.artifacts import TMP_MARK, check_artifact, full_schema
 from populora_core.config import load_config
 from populora_core.metrics.coverage import DESCRIPTOR_NAMES
+from populora_core.models import checkpoint_digest
 from populora_core.runs import STALE_BUILD_S, RunDir, create_run, list_runs
 from tests.helpers import TINY_QWEN2
 
@@ -50,6 +51,12 @@ def test_a_created_run_has_typed_snapshot_and_centroids_and_portable_adapters(tm
     for adapter_dir in run.adapter_dirs(0).values():
         cfg = json.loads((adapter_dir / "adapter_config.json").read_text())
         assert cfg["base_model_name_or_path"] == local_model  # as the user gave it
+    # the run records the model: its public name, where it was loaded from, its checkpoint's sha256
+    info = run.info()
+    assert info["model"] == local_model and info["model_path"].endswith("tiny")
+    assert info["model_sha256"] == checkpoint_digest(run.model_path) and len(info["model_sha256"]) == 64
+    (run.model_path / "config.json").write_text(json.dumps({**TINY_QWEN2, "note": "changed"}))
+    assert checkpoint_digest(run.model_path) != info["model_sha256"]  # the cached digest is not stale
 
     centroids = run.centroids()
     check_artifact(run.centroids_file)

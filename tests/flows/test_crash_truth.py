@@ -99,3 +99,14 @@ def test_a_truncated_artifact_is_named_by_status_recomputed_by_resume_and_named_
     analyze = populora(["analyze", str(out)], prefect_server)
     assert analyze.returncode == 2 and "Traceback" not in analyze.stdout
     assert "verdicts.parquet is damaged" in " ".join(analyze.stdout.split()), analyze.stdout[-2000:]
+
+
+def test_the_resume_deployment_never_starts_a_new_run(tmp_path):
+    import pytest
+
+    from flows.train import train_flow
+    from populora_core.config import ConfigError
+
+    with pytest.raises(ConfigError, match="no run 'typo' to resume"):
+        train_flow.fn(preset=None, run_id="typo", runs_dir=str(tmp_path))  # the deployment's parameters
+    assert list(tmp_path.iterdir()) == []

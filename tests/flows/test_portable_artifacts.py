@@ -5,6 +5,7 @@ model by hub id, loadable by PEFT anywhere."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -55,7 +56,7 @@ def test_every_artifact_kind_reads_as_one_table_across_generations_and_runs(refe
             assert {r for r, _ in expected} == {"reference", "baseline"}, kind
 
 
-def test_adapters_name_their_base_by_hub_id_and_load_in_peft(reference_run):
+def test_adapters_name_their_base_by_hub_id_and_load_in_peft(reference_run, tmp_path):
     from peft import LoraConfig, PeftModel
 
     from populora_core.models import load_model
@@ -76,7 +77,10 @@ def test_adapters_name_their_base_by_hub_id_and_load_in_peft(reference_run):
         cfg = json.loads(path.read_text())
         assert cfg["base_model_name_or_path"] == SMOLLM2, path
         assert not [s for s in strings(cfg) if Path(s).is_absolute() or s.startswith("~")], path
-    adapter = configs[0].parent
+    # plain peft loads an adapter from a copy of the run directory on another path
+    copy = tmp_path / "elsewhere" / "copied-run"
+    shutil.copytree(reference_run.root, copy)
+    adapter = copy / configs[0].parent.relative_to(reference_run.root)
     assert LoraConfig.from_pretrained(str(adapter)).base_model_name_or_path == SMOLLM2
     model, _ = load_model(reference_run.model_path, dtype="float32")
     peft_model = PeftModel.from_pretrained(model, str(adapter))
