@@ -38,6 +38,11 @@ def _generation_run_name() -> str:
     return f"{run}/gen_{g:04d}"
 
 
+def lock_holder() -> str:
+    """What the run lock records as its holder when a flow (not the CLI) takes it."""
+    return f"{flow_run.get_flow_name()} flow run {flow_run.get_name()}"
+
+
 @flow(name="populora-generation", flow_run_name=_generation_run_name)
 def generation_flow(run_dir: str, generation: int | None = None, until: str | None = None) -> dict:
     """Runs (or finishes) one generation of a run; returns its summary.
@@ -47,7 +52,7 @@ def generation_flow(run_dir: str, generation: int | None = None, until: str | No
     replay), leaving the generation incomplete.
     """
     run = open_run(run_dir, default_runs_dir())
-    with run.lock(f"{flow_run.get_flow_name()} flow run {flow_run.get_name()}"):
+    with run.lock(lock_holder()):
         if flow_run.get_parent_flow_run_id() is None:
             crash_orphans(run)
         return _generation(run, generation, until)

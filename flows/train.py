@@ -17,7 +17,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-from flows.generation import generation_flow
+from flows.generation import generation_flow, lock_holder
 from populora_core.config import DEFAULT_PRESET, ConfigError, load_config
 from populora_core.runs import RunDir, create_run, default_runs_dir, open_run
 from tasks.orphans import crash_orphans
@@ -64,14 +64,9 @@ def train_flow(
         config = load_config(config_path, preset=preset, overrides=overrides or ())
         run = create_run(root, config, run_id=run_id, preset=preset)
         print(f"created run {run.root}")
-    with run.lock(_holding()):
+    with run.lock(lock_holder()):
         _rename(run)
         return continue_run(str(run.root), generations)
-
-
-def _holding() -> str:
-    """What the run lock records as its holder when a flow (not the CLI) takes it."""
-    return f"{flow_run.get_flow_name()} flow run {flow_run.get_name()}"
 
 
 def subflows_without_heartbeat():
@@ -91,7 +86,7 @@ def continue_run(run_dir: str, generations: int | None = None) -> dict:
     run = open_run(run_dir)
     target = generations or run.config().generations
     summaries = {}
-    with run.lock(_holding()):
+    with run.lock(lock_holder()):
         crashed = crash_orphans(run)
         if crashed:
             print(f"set to Crashed (their process died): {', '.join(crashed)}")
