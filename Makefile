@@ -84,6 +84,7 @@ bench: setup dockerd sandbox-image
 	$(BIN)/python benchmarks/population_overhead.py
 	$(BIN)/python benchmarks/grpo_step.py
 	$(BIN)/python benchmarks/orchestration_overhead.py
+	$(BIN)/python benchmarks/storage.py
 
 bench-quick: setup dockerd sandbox-image
 	$(BIN)/python benchmarks/verifier_throughput.py --quick
@@ -91,6 +92,7 @@ bench-quick: setup dockerd sandbox-image
 	$(BIN)/python benchmarks/population_overhead.py --quick
 	$(BIN)/python benchmarks/grpo_step.py --quick
 	$(BIN)/python benchmarks/orchestration_overhead.py --repeats 1
+	$(BIN)/python benchmarks/storage.py --quick
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache

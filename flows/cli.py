@@ -2,11 +2,14 @@
 
     populora train [--preset P | --config FILE] [--set k=v ...] [--generations N]
                                            create a run and train it (a Prefect flow)
-    populora resume RUN [--generations N]  continue a run from its first incomplete stage
+    populora resume RUN [--generations N] [--recompute gen_NNNN/ARTIFACT ...]
+                                           continue a run from its first incomplete stage
     populora replay RUN --from STAGE --out NEW_RUN [--generation G] [--until STAGE] [--set k=v ...]
                                            recompute stages from stored artifacts into a new run
     populora status RUN                    what a run has done, generation by generation
     populora runs [--runs-dir DIR]         the runs under a directory
+    populora prune RUN --keep-last N [--keep-every K]
+                                           remove old snapshots' adapter weights (artifacts stay)
     populora analyze RUN [RUN ...]         HTML report (plots, summary) from run directories alone
     populora evaluate RUN [RUN ...] [--limit N]
                                            pass@1 on HumanEval(+), MBPP(+), LiveCodeBench, CRUXEval, GSM8K,
@@ -26,7 +29,7 @@ import sys
 import warnings
 from typing import get_args
 
-from flows import commands
+from flows import commands, tools
 from populora_core.config import DEFAULT_MODEL, DEFAULT_PRESET, PRESETS, SandboxBackendName, SandboxConfig
 
 
@@ -67,6 +70,14 @@ def _add_run_parsers(sub) -> None:
     )
     resume.add_argument("run", help="run directory or run id")
     resume.add_argument("--generations", type=int, help="total generations to reach (default: the run's config)")
+    resume.add_argument(
+        "--recompute",
+        action="append",
+        default=[],
+        metavar="GEN/ARTIFACT",
+        help="recompute this artifact of a complete generation in place first (e.g. gen_0001/verdicts, as "
+        "`populora status` names a damaged one); repeatable",
+    )
     _add_run_options(resume)
     resume.set_defaults(func=commands.cmd_resume)
 
@@ -144,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_parsers(sub)
     _add_inspection_parsers(sub)
+    tools.add_parser(sub)
     verify = sub.add_parser("verify", help="validate proposals and judge answers in the sandbox")
     verify.add_argument("file", nargs="?", help='JSON lines of {"task_type": ..., "completion": ...}')
     verify.add_argument("--demo", action="store_true", help="run built-in sample proposals and answers")
@@ -160,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "--timeout", type=float, default=sandbox.timeout_s, help=f"seconds per program (default {sandbox.timeout_s:g})"
     )
-    verify.set_defaults(func=commands.cmd_verify)
+    verify.set_defaults(func=tools.cmd_verify)
     models = sub.add_parser("models", help="list embedded models, or fetch one into the cache")
     models.add_argument(
         "action", choices=["list", "fetch"], help="list: what is embedded and cached; fetch: download one"
@@ -168,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument(
         "ref", nargs="?", default=DEFAULT_MODEL, help=f"model reference to fetch (default {DEFAULT_MODEL})"
     )
-    models.set_defaults(func=commands.cmd_models)
+    models.set_defaults(func=tools.cmd_models)
     return parser
 
 

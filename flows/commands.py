@@ -7,127 +7,10 @@ prints one line and exits with status 2; see ``flows.cli`` for the parser.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import time
 from pathlib import Path
 
 
-def _sandbox_config(args: argparse.Namespace):
-    from populora_core.config import SandboxConfig
-
-    return SandboxConfig(backend=args.backend, workers=args.workers, timeout_s=args.timeout)
-
-
-def _read_items(args: argparse.Namespace, console) -> list[tuple[str, str]] | None:
-    """The proposals to check: the demo's, or a JSON-lines file's (None after printing why not)."""
-    from populora_core.problems.demo import DEMO_PROPOSALS
-
-    if args.demo:
-        return DEMO_PROPOSALS
-    if not args.file:
-        console.print("[red]verify needs --demo or a FILE.jsonl")
-        return None
-    items = []
-    for n, line in enumerate(Path(args.file).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            items.append((record["task_type"], record["completion"]))
-        except (ValueError, KeyError, TypeError) as exc:
-            console.print(f"[red]{args.file}:{n}: not a {{task_type, completion}} record ({exc})")
-            return None
-    return items
-
-
-def _proposals_table(items, results):
-    from rich.table import Table
-
-    table = Table(title="Proposals")
-    for col in ("#", "task", "valid", "reason", "gold outputs", "depth", "cyclomatic", "loc"):
-        table.add_column(col)
-    for i, ((task_type, _), res) in enumerate(zip(items, results, strict=True)):
-        outs = ", ".join(res.problem.outputs)[:40] if res.problem else ""
-        m = res.metrics
-        table.add_row(
-            str(i),
-            task_type,
-            "yes" if res.valid else "no",
-            res.reason[:50],
-            outs,
-            *(f"{m[k]:.0f}" if m else "" for k in ("ast_depth", "cyclomatic", "loc")),
-        )
-    return table
-
-
-def _answers_table(pairs, verdicts):
-    from rich.table import Table
-
-    table = Table(title="Student answers")
-    for col in ("task", "answer", "verdict", "detail"):
-        table.add_column(col)
-    for (problem, answer), verdict in zip(pairs, verdicts, strict=True):
-        shown = answer.replace("\n", " ")[:60]
-        table.add_row(problem.task_type, shown, verdict.verdict, verdict.detail[:40])
-    return table
-
-
-def cmd_verify(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from populora_core.config import ProblemsConfig
-    from populora_core.problems import check_answers, validate_proposals
-    from populora_core.problems.demo import demo_answers
-    from populora_core.sandbox import SandboxPool, SandboxUnavailable
-
-    console = Console()
-    items = _read_items(args, console)
-    if items is None:
-        return 2
-    problems_cfg = ProblemsConfig()
-    started = time.perf_counter()
-    try:
-        with SandboxPool(_sandbox_config(args)) as pool:
-            with console.status(f"validating {len(items)} proposals in the '{args.backend}' sandbox"):
-                results = validate_proposals(items, pool, problems_cfg)
-            console.print(_proposals_table(items, results))
-            if args.demo:
-                pairs = demo_answers(results)
-                console.print(_answers_table(pairs, check_answers(pairs, pool, problems_cfg)))
-    except SandboxUnavailable as exc:
-        console.print(f"[red]sandbox unavailable:[/red] {exc}")
-        return 1
-    console.print(f"done in {time.perf_counter() - started:.1f} s")
-    return 0
-
-
-def cmd_models(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from populora_core.models import EMBEDDED, EMBEDDED_PREFIX, ModelUnavailable, models_dir, resolve_model
-
-    console = Console()
-    if args.action == "list":
-        table = Table(title=f"Embedded models (cache: {models_dir()})")
-        for col in ("reference", "description", "cached"):
-            table.add_column(col)
-        for name, spec in EMBEDDED.items():
-            cached = (models_dir() / name / "config.json").is_file()
-            table.add_row(EMBEDDED_PREFIX + name, spec.description, "yes" if cached else "no")
-        console.print(table)
-        return 0
-    try:
-        path = resolve_model(args.ref, allow_download=True)
-    except ModelUnavailable as exc:
-        console.print(f"[red]{exc}")
-        return 1
-    console.print(f"{args.ref} -> {path}")
-    return 0
-
-
-# training runs ------------------------------------------------------------------
 def _user_errors() -> tuple[type[BaseException], ...]:
     from populora_core.artifacts import ArtifactError
     from populora_core.config import ConfigError
@@ -161,10 +44,11 @@ def _runs_dir(args: argparse.Namespace) -> Path:
 def _generations_table(run) -> object:
     from rich.table import Table
 
-    from populora_core.stages.summary import pct, updated_count
+    from populora_core.stages.summary import mib, pct, updated_count
 
     table = Table(title=f"{run.run_id}: generations")
-    columns = ("gen", "valid", "solved", "fresh", "fmt err", "T reward", "updated", "cov/all", "repl", "sec", "resumed")
+    columns = ("gen", "valid", "solved", "fresh", "fmt err", "T reward", "updated", "cov/all", "repl", "sec", "written")
+    columns += ("resumed",)
     for col in columns:
         table.add_column(col, justify="right")
     for s in run.summaries():
@@ -180,12 +64,13 @@ def _generations_table(run) -> object:
             f"{s['coverage']:.1%}/{s['cumulative_coverage']:.1%}",
             str(len(s["replaced"])),
             f"{s['seconds']:.0f}",
+            mib(s["bytes_written"]) if "bytes_written" in s else "",
             ",".join(s.get("resumed_stages", [])) or "-",
         )
     return table
 
 
-def _run_training(console, run, generations: int | None, command: str) -> int:
+def _run_training(console, run, generations: int | None, command: str, recompute: list[str] | None = None) -> int:
     """Runs the train flow on ``run`` holding its lock (taken here first, so that a run
     another process works on fails at once, in one line, before any flow starts)."""
     from flows.train import train_flow
@@ -193,7 +78,7 @@ def _run_training(console, run, generations: int | None, command: str) -> int:
     try:
         with run.lock(command):
             console.print(f"run directory: [bold]{run.root}[/bold]")
-            train_flow(run_id=str(run.root.resolve()), generations=generations)
+            train_flow(run_id=str(run.root.resolve()), generations=generations, recompute=recompute)
     except _user_errors() as exc:
         return _error(console, exc)
     console.print(_generations_table(run))
@@ -222,21 +107,23 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from populora_core.runs import open_run
+    from populora_core.stages.runner import check_intact
 
     console = Console()
     try:
         run = open_run(args.run, _runs_dir(args))
         run.config()
+        check_intact(run, args.recompute)  # here too: in the flow it would come with Prefect's traceback
     except _user_errors() as exc:
         return _error(console, exc)
-    return _run_training(console, run, args.generations, f"populora resume {run.root}")
+    return _run_training(console, run, args.generations, f"populora resume {run.root}", recompute=args.recompute)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from flows.generation import generation_flow
-    from populora_core.replay import prepare_replay
+    from populora_core.replay import prepare_replay, replay_warnings
     from populora_core.runs import open_run
 
     console = Console()
@@ -247,6 +134,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except _user_errors() as exc:
         return _error(console, exc)
     console.print(f"replaying generation {args.generation} of {source.root} from '{args.from_stage}' into {new.root}")
+    for line in replay_warnings(source, args.generation, args.from_stage):
+        console.print(f"[yellow]warning[/yellow] {line}")
     generation_flow(str(new.root), args.generation, until=args.until)
     if args.until is None:
         console.print(_generations_table(new))
@@ -326,6 +215,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from populora_core.analysis.data import load_run
     from populora_core.analysis.report import write_report
     from populora_core.runs import open_run
+    from populora_core.tracking import log_report
 
     console = Console()
     try:
@@ -335,6 +225,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else data[0].run.report_dir
     with console.status(f"drawing the report of {len(data)} run(s)"):
         written = write_report(data, out)
+        for line in (w for d in data for w in log_report(d.run, out)):  # into each run's tracking
+            console.print(f"[yellow]{line}")
     console.print(written["summary"].read_text().split("\n## ")[0])
     console.print(f"report: [bold]{written['html']}[/bold] (plots and summary.md beside it)")
     return 0
@@ -370,6 +262,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir) if args.data_dir else DEFAULT_DATA_DIR
     try:
         runs = [open_run(r, _runs_dir(args)) for r in args.runs]
+        for run in runs:  # a pruned snapshot is named now, not after the base model was scored
+            run.adapter_dirs(run.next_generation() if args.generation is None else args.generation)
     except _user_errors() as exc:
         return _error(console, exc)
     benchmarks = _evaluation_benchmarks(args, data_dir, console)

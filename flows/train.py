@@ -21,6 +21,8 @@ from flows.generation import generation_flow, lock_holder
 from populora_core.config import DEFAULT_PRESET, ConfigError, load_config
 from populora_core.runs import RunDir, create_run, default_runs_dir, open_run
 from tasks.orphans import crash_orphans
+from tasks.stages import check_intact, recompute_artifact
+from tasks.tracking import sync_tracking
 
 
 def _train_run_name() -> str:
@@ -47,13 +49,15 @@ def train_flow(
     run_id: str | None = None,
     generations: int | None = None,
     runs_dir: str | None = None,
+    recompute: list[str] | None = None,
 ) -> dict:
     """Creates run ``run_id`` (or continues it if it exists) and runs it to ``generations``.
 
     preset: a named configuration (cpu-tiny, cpu-small (default), paper-7b, …); config_path: a YAML
     file applied on top; overrides: `key=value` settings applied last; run_id: the run's id
     under runs_dir, or an existing run's directory; generations: total generations of the
-    run (default: the config's).
+    run (default: the config's); recompute: artifacts of complete generations to recompute
+    in place first (`gen_0001/verdicts`: what `populora status` names as damaged).
     """
     root = Path(runs_dir) if runs_dir else default_runs_dir()
     if run_id and (RunDir(run_id).exists() or (root / run_id).exists()):
@@ -66,7 +70,7 @@ def train_flow(
         print(f"created run {run.root}")
     with run.lock(lock_holder()):
         _rename(run)
-        return continue_run(str(run.root), generations)
+        return continue_run(str(run.root), generations, recompute)
 
 
 def subflows_without_heartbeat():
@@ -80,9 +84,11 @@ def subflows_without_heartbeat():
     return temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
 
 
-def continue_run(run_dir: str, generations: int | None = None) -> dict:
+def continue_run(run_dir: str, generations: int | None = None, recompute: list[str] | None = None) -> dict:
     """Generation subflows from the first incomplete one up to ``generations`` in all,
-    under the run's lock, after crashing what a dead process left Running."""
+    under the run's lock, after crashing what a dead process left Running, recomputing
+    the artifacts ``recompute`` names and checking that no complete generation's artifact
+    is damaged (it would name the command that recomputes it)."""
     run = open_run(run_dir)
     target = generations or run.config().generations
     summaries = {}
@@ -90,6 +96,10 @@ def continue_run(run_dir: str, generations: int | None = None) -> dict:
         crashed = crash_orphans(run)
         if crashed:
             print(f"set to Crashed (their process died): {', '.join(crashed)}")
+        for ref in recompute or []:
+            print(recompute_artifact(str(run.root), ref))
+        check_intact(run)
+        sync_tracking(str(run.root))  # generations complete but not yet logged (a kill in between)
         with subflows_without_heartbeat():
             for g in range(run.next_generation(), target):
                 summaries[g] = generation_flow(str(run.root), g)

@@ -12,30 +12,13 @@ anything upstream.
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from pathlib import Path
 
 from populora_core.config import ConfigError, load_config
 from populora_core.runs import RunDir, build_run, check_run_id
 from populora_core.stages import runner, table
-
-
-def _link(src: Path, dst: Path) -> None:
-    """Hard links of ``src`` (a file or a tree) at ``dst``; copies where linking fails."""
-
-    def link(a: str, b: str) -> None:
-        try:
-            os.link(a, b)
-        except OSError:
-            shutil.copy2(a, b)
-
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if Path(src).is_dir():
-        shutil.copytree(src, dst, copy_function=link)
-    else:
-        link(str(src), str(dst))
+from populora_core.storage import PrunedSnapshot, link_tree, optimizer_dropped, require_snapshot
 
 
 def prepare_replay(
@@ -58,6 +41,7 @@ def prepare_replay(
         raise ConfigError(f"run {source.root} has no generation {generation}")
     config = load_config(source.config_file, overrides=overrides)
     upstream = table.TABLE[: names.index(from_stage)]
+    require_weights(source, generation, table.TABLE[names.index(from_stage) :])
     for stage in upstream:
         if not runner.is_done(source, generation, stage):
             raise ConfigError(
@@ -68,20 +52,47 @@ def prepare_replay(
     def fill(new: RunDir) -> None:
         for path in (source.centroids_file, source.calibration_file):
             if path.is_file():
-                _link(path, new.root / path.name)
+                link_tree(path, new.root / path.name)
         for g in range(generation + 1):
-            _link(source.members_dir(g), new.members_dir(g))
+            link_tree(source.members_dir(g), new.members_dir(g))
         for g in range(generation):
-            _link(source.gen(g), new.gen(g))
+            link_tree(source.gen(g), new.gen(g))
         for stage in upstream:
             for src, dst in zip(
                 runner.stage_paths(source, generation, stage), runner.stage_paths(new, generation, stage), strict=True
             ):
-                _link(src, dst)
+                link_tree(src, dst)
 
-    info = {k: v for k, v in source.info().items() if k != "run_id"} | {
+    # a replay is a new run: its own tracking runs (populora_core/tracking.py), not the source's
+    info = {k: v for k, v in source.info().items() if k not in ("run_id", "tracking")} | {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "replay_of": str(source.root.resolve()),
         "replay_from": {"stage": from_stage, "generation": generation, "overrides": list(overrides)},
     }
     return build_run(out, config, info, fill)
+
+
+def require_weights(source: RunDir, generation: int, stages: list[table.Stage]) -> None:
+    """Raises PrunedSnapshot when the stages to recompute need adapter weights that
+    `populora prune` removed: snapshot ``generation`` (generating, updating) or its
+    ``updated/`` directory (evolving; pruned with the next snapshot)."""
+    purpose = f"replaying generation {generation} from {stages[0].name!r}"
+    if any(s.needs or "members_dir" in s.inputs for s in stages):
+        require_snapshot(source, generation, purpose)
+    readers = [s for s in stages if "updated_dir" in s.inputs]
+    if readers and "updated_dir" not in readers[0].dirs and not source.updated(generation).is_dir():
+        require_snapshot(source, generation + 1, purpose)  # pruned with the next snapshot
+        raise PrunedSnapshot(f"{purpose} needs {source.updated(generation)}, which is missing")
+
+
+def replay_warnings(source: RunDir, generation: int, from_stage: str) -> list[str]:
+    """What a replay cannot reproduce exactly: an update from a snapshot whose optimizer
+    state was not kept starts AdamW afresh."""
+    names = table.stage_names()
+    if names.index(from_stage) <= names.index("update") and optimizer_dropped(source, generation):
+        return [
+            f"snapshot gen_{generation:04d} keeps no optimizer state (storage.optimizer_snapshots: "
+            f"{source.config().storage.optimizer_snapshots}): the replayed update starts AdamW afresh, so its "
+            "adapters differ from the original run's; keep every snapshot's with storage.optimizer_snapshots=0"
+        ]
+    return []

@@ -13,6 +13,7 @@ This module is the one owner of a run's layout::
       gen_NNNN/_attempts.jsonl  one line per stage computed: which process, how many seconds
       .lock                     held (flock) by the one process working on the run
       eval/gen_NNNN/            held-out evaluation of a snapshot
+      tensorboard/              per-generation figures as TensorBoard event files (tracking.py)
 
 A run is created whole or not at all: the configuration is validated, the base
 model resolved and the sandbox backend checked *before* anything is written, and
@@ -27,7 +28,6 @@ import functools
 import json
 import os
 import re
-import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -39,7 +39,6 @@ import pandas as pd
 from populora_core.artifacts import (
     CONFIG_FILE,
     RUN_FILE,
-    TMP_MARK,
     DamagedArtifact,
     is_complete,
     read_artifact,
@@ -59,10 +58,9 @@ from populora_core.population.adapters import (
     members_from_frame,
     save_population,
 )
+from populora_core.storage import STALE_BUILD_S, remove_stale_builds, require_snapshot  # noqa: F401 (re-exported)
 
 RUNS_DIR_ENV = "POPULORA_RUNS"
-STALE_BUILD_S = 300.0
-"""A run's temp directory unchanged this long is a killed build's leftover (``remove_stale_builds``)."""
 ATTEMPTS = "_attempts.jsonl"
 ATTEMPT_ID = uuid.uuid4().hex[:12]
 """This process's attempt at whatever generations it computes (``RunDir.log_stage``)."""
@@ -156,6 +154,10 @@ class RunDir:
     def info(self) -> dict:
         return json.loads(self.run_file.read_text())
 
+    def update_info(self, **fields: object) -> None:
+        """Sets ``fields`` in run.json (atomically: a reader sees the old file or the new one)."""
+        write_text_atomic(json.dumps(self.info() | fields, indent=2), self.run_file)
+
     def exists(self) -> bool:
         return self.run_file.is_file() and self.config_file.is_file()
 
@@ -194,10 +196,7 @@ class RunDir:
         """How a user recomputes artifact ``name`` of ``generation``."""
         if not self.is_complete(generation):
             return f"`populora resume {self.root}` (removes it and recomputes its stage)"
-        from populora_core.stages.table import stage_of
-
-        stage = stage_of(name).name
-        return f"`populora replay {self.root} --generation {generation} --from {stage} --out {self.run_id}-repaired`"
+        return f"`populora resume {self.root} --recompute {self.gen(generation).name}/{name}`"
 
     def attempts_file(self, generation: int) -> Path:
         return self.gen(generation) / ATTEMPTS
@@ -233,7 +232,9 @@ class RunDir:
         return members_from_frame(self.members_frame(generation))
 
     def adapter_dirs(self, generation: int) -> dict[str, Path]:
-        """Adapter id → PEFT directory of every member of snapshot ``generation``."""
+        """Adapter id → PEFT directory of every member of snapshot ``generation`` (raises
+        PrunedSnapshot if `populora prune` removed them)."""
+        require_snapshot(self, generation, "serving the adapters")
         return {m.adapter_id: self.members_dir(generation) / m.adapter_id for m in self.members(generation)}
 
     def centroids(self) -> np.ndarray:
@@ -361,31 +362,3 @@ def list_runs(runs_dir: Path) -> list[RunDir]:
         return []
     remove_stale_builds(root)
     return [RunDir(p) for p in sorted(root.iterdir()) if p.is_dir() and RunDir(p).exists()]
-
-
-def remove_stale_builds(runs_dir: Path, *, older_than_s: float = STALE_BUILD_S) -> list[Path]:
-    """Removes the ``.<run>.tmp-*`` directories that a process killed while building a run
-    (``build_run``) left in ``runs_dir``; returns them. There is no lock, so a temp
-    directory counts as left over only when nothing in it changed for ``older_than_s``: a
-    build in progress writes continuously, and "its run is absent" holds for every build
-    in progress too, so that alone would delete another process's run being built."""
-    root = Path(runs_dir)
-    if not root.is_dir():
-        return []
-    now = time.time()
-    found = [p for p in root.iterdir() if p.name.startswith(".") and TMP_MARK in p.name and p.is_dir()]
-    stale = [p for p in found if not p.is_symlink() and now - _newest_mtime(p) > older_than_s]
-    for p in stale:
-        shutil.rmtree(p, ignore_errors=True)
-    return stale
-
-
-def _newest_mtime(directory: Path) -> float:
-    """The latest modification time of ``directory`` or anything in it (0 if it vanished)."""
-    newest = 0.0
-    for p in (directory, *directory.rglob("*")):
-        try:
-            newest = max(newest, p.lstat().st_mtime)
-        except FileNotFoundError:
-            pass
-    return newest

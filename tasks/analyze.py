@@ -11,6 +11,7 @@ from populora_core.analysis.data import load_run
 from populora_core.analysis.report import write_report
 from populora_core.runs import default_runs_dir, open_run
 from populora_core.stages.summary import artifact_key
+from tasks.tracking import log_report
 
 
 @task(name="report", cache_policy=NO_CACHE)
@@ -22,6 +23,7 @@ def report(runs: list[str], out_dir: str | None = None) -> dict:
     data = [load_run(open_run(r, default_runs_dir()).root) for r in runs]
     out = Path(out_dir) if out_dir else data[0].run.report_dir
     written = write_report(data, out)
+    log_report([d.run for d in data], out)  # into each run's TensorBoard / MLflow run
     key = artifact_key("-vs-".join(d.label for d in data), 0).removesuffix("-gen-0000") + "-report"
     create_markdown_artifact(key=key, markdown=written["summary"].read_text(), description="PopuLoRA report")
     create_link_artifact(key=f"{key}-html", link=written["html"].resolve().as_uri(), link_text="report.html")

@@ -19,9 +19,10 @@ from collections.abc import Callable
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from populora_core.artifacts import mark_success
+from populora_core import storage
 from populora_core.runs import ATTEMPT_ID, RunDir, open_run
 from populora_core.stages import runner, summary, table
+from tasks.tracking import sync_run
 
 
 @functools.cache
@@ -42,7 +43,8 @@ def stage_task(name: str) -> Callable[[str, int], dict]:
 @task(name="finish", task_run_name="finish-gen{generation}", cache_policy=NO_CACHE)
 def finish_generation(run_dir: str, generation: int, records: dict[str, dict], started: float) -> dict:
     """The generation's summary: published as the UI's table, then written into ``_SUCCESS``
-    (last: the generation is complete only once it exists)."""
+    (last: the generation is complete only once it exists), then logged to the run's
+    tracking (TensorBoard, MLflow; a failure there is a warning)."""
     from prefect.artifacts import create_markdown_artifact
 
     run = open_run(run_dir)
@@ -55,10 +57,15 @@ def finish_generation(run_dir: str, generation: int, records: dict[str, dict], s
         markdown=summary.summary_markdown(run, generation, record),
         description=f"PopuLoRA {run.run_id} generation {generation}",
     )
-    mark_success(run.gen(generation), record)
+    storage.seal(run.gen(generation), record)  # with each artifact's size and sha256
+    # after the summary counted bytes_written (and after _SUCCESS: a kill in between leaves
+    # them for the next generation's finish to drop)
+    for name in storage.drop_optimizer_states(run, run.config().storage.optimizer_snapshots):
+        get_run_logger().debug("dropped optimizer state %s", name)
     line = summary.one_line(generation, record)
     print(line, flush=True)  # the CLI's live line; the UI gets it from the run logger
     get_run_logger().info(line)
+    sync_run(run)  # after _SUCCESS: a process killed in between is caught up by the next sync
     return record
 
 
@@ -71,3 +78,17 @@ def remove_damaged(run: RunDir, generation: int) -> list[str]:
     """Removes the outputs of every stage of ``generation`` with an unreadable artifact
     (``runner.remove_damaged``), before the generation's stages run; one line per file."""
     return runner.remove_damaged(run, generation)
+
+
+@task(name="recompute", task_run_name="recompute-{ref}", cache_policy=NO_CACHE)
+def recompute_artifact(run_dir: str, ref: str) -> str:
+    """Recomputes one artifact ``gen_NNNN/<name>`` of a complete generation in place, nothing
+    else touched (``runner.recompute``); returns its line."""
+    run = open_run(run_dir)
+    return runner.recompute(run, *runner.parse_artifact_ref(run, ref))
+
+
+def check_intact(run: RunDir) -> None:
+    """Raises DamagedArtifact for a damaged artifact of a complete generation, naming the
+    command that recomputes it (``runner.check_intact``)."""
+    runner.check_intact(run)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
@@ -19,13 +18,28 @@ def _docker_required() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true") or os.environ.get("POPULORA_REQUIRE_DOCKER") == "1"
 
 
+def docker_client():
+    """A Docker SDK client, or None when no engine answers."""
+    import docker
+
+    try:
+        return docker.from_env(timeout=30)
+    except docker.errors.DockerException:
+        return None
+
+
 def docker_ready(image: str) -> str | None:
     """None when a Docker engine answers and ``image`` exists, else why not."""
+    import docker
+
+    client = docker_client()
+    if client is None:
+        return "no Docker engine answers (make dockerd)"
     try:
-        ok = subprocess.run(["docker", "image", "inspect", image], capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"docker CLI unusable: {exc}"
-    return None if ok.returncode == 0 else f"docker engine or image {image} unavailable (make dockerd sandbox-image)"
+        client.images.get(image)
+    except docker.errors.DockerException:
+        return f"docker image {image} unavailable (make sandbox-image)"
+    return None
 
 
 def start_pool(backend: str, **overrides) -> SandboxPool:

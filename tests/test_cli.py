@@ -44,7 +44,7 @@ def test_unavailable_backend_fails_with_a_message():
         text=True,
         timeout=120,
         check=False,
-        env={"PATH": "/nonexistent", "HOME": "/tmp"},
+        env={"PATH": "/nonexistent", "HOME": "/tmp", "DOCKER_HOST": "unix:///nonexistent/docker.sock"},
     )
     assert proc.returncode == 1
     assert "sandbox unavailable" in proc.stdout and "docker" in proc.stdout

@@ -17,6 +17,7 @@ from populora_core.artifacts import ArtifactError
 from populora_core.metrics.coverage import REFERENCE_CALIBRATION, cvt_centroids, problem_cells
 from populora_core.metrics.dynamics import oscillation, problem_triviality, solve_rates_by_source
 from populora_core.runs import RunDir
+from populora_core.stages.runner import check_intact
 
 GATHERED = ("problems", "verdicts", "rewards", "ratings", "lineage", "coverage", "proposals")
 
@@ -47,6 +48,7 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
     done = run.complete_generations()
     if not done:
         raise ArtifactError(f"run {path} has no complete generation yet")
+    check_intact(run)  # sizes and sha256 against _SUCCESS: a damaged file is named with its fix
     summaries = pd.DataFrame(run.summaries())
     frames = {}
     for name in GATHERED:

@@ -38,6 +38,8 @@ from populora_core.config.run import (
     InferenceConfig,
     ModelConfig,
     RunConfig,
+    StorageConfig,
+    TrackingConfig,
 )
 
 __all__ = [
@@ -63,6 +65,8 @@ __all__ = [
     "RunConfig",
     "SandboxBackendName",
     "SandboxConfig",
+    "StorageConfig",
+    "TrackingConfig",
     "config_to_yaml",
     "load_config",
     "parse_override",

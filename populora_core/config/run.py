@@ -97,6 +97,33 @@ class BaselineConfig(_Frozen):
     """`total`: students of the population the baseline is compared with."""
 
 
+class StorageConfig(_Frozen):
+    """What a run keeps on disk (populora_core/runs.py, population/adapters.py)."""
+
+    optimizer_snapshots: int = Field(1, ge=0)
+    """Snapshots (newest first) that keep each adapter's optimizer state; older snapshots keep
+    weights only. Resuming needs the optimizer state of the generation it starts from, which is
+    always the newest. 0 keeps it in every snapshot."""
+
+
+class TrackingConfig(_Frozen):
+    """Where per-generation figures are logged as time series besides the run's artifacts
+    (populora_core/tracking.py): after each generation, one step per generation holding every
+    number of its summary and each adapter's training figures. A resumed run continues the
+    same tracking runs (their ids are in `run.json`); a failing backend is a warning, never
+    the end of the run."""
+
+    backends: list[Literal["tensorboard", "mlflow"]] = Field(default_factory=lambda: ["tensorboard"])
+    """`tensorboard`: event files under `RUN/tensorboard/` (offline; `tensorboard --logdir
+    RUN/tensorboard`); `mlflow`: one run in an MLflow tracking store, the config as params.
+    Empty: no tracking."""
+    mlflow_uri: str | None = None
+    """MLflow tracking URI (`sqlite:///path.db`, `http://host:5000`, …); None: a SQLite store
+    `RUN/../mlflow.db` shared by the runs of one runs directory, artifacts in `RUN/../mlartifacts/`."""
+    mlflow_experiment: str = "populora"
+    """MLflow experiment the run is logged under (created if missing)."""
+
+
 class RunConfig(_Frozen):
     """A whole run; each field is one component's settings."""
 
@@ -116,6 +143,8 @@ class RunConfig(_Frozen):
     grpo: GRPOConfig = GRPOConfig()
     coverage: CoverageConfig = CoverageConfig()
     baseline: BaselineConfig = BaselineConfig()
+    storage: StorageConfig = StorageConfig()
+    tracking: TrackingConfig = TrackingConfig()
 
     @property
     def _total_matched(self) -> bool:

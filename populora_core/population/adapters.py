@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -252,26 +251,33 @@ def save_population(
     adapters: Mapping[str, LoraAdapter],
     *,
     base_model: str = "",
-    carry_optimizer_from: Path | None = None,
+    link_from: Path | None = None,
     run_id: str | None = None,
 ) -> Path:
     """Writes one generation's snapshot into ``directory`` atomically (replacing an older
     one); returns it.
 
-    ``carry_optimizer_from``: a previous snapshot whose optimizer states are
-    copied for members that have no new one (unchanged members keep theirs).
+    ``link_from``: a directory of adapter directories (the generation's ``updated/``):
+    a member found there is hard-linked from it with its optimizer state (``adapters``
+    must hold that same adapter, as loaded from there), not written again; the others
+    (evolution's children) are written.
     ``run_id`` stamps population.parquet; by default the run directory's name, as a
     snapshot lives at ``<run>/population/gen_NNNN``.
     """
+    from populora_core.storage import link_tree
+
     run_id = run_id if run_id is not None else Path(directory).absolute().parent.parent.name
 
     def fill(tmp: Path) -> None:
         for m in members:
-            save_adapter(adapters[m.adapter_id], tmp / m.adapter_id, base_model)
-            if carry_optimizer_from is not None:
-                old = Path(carry_optimizer_from) / m.adapter_id / OPTIMIZER_STATE
-                if old.exists():
-                    shutil.copy2(old, tmp / m.adapter_id / OPTIMIZER_STATE)
+            source = Path(link_from) / m.adapter_id if link_from is not None else None
+            if source is not None and (source / ADAPTER_WEIGHTS).is_file():
+                tmp.joinpath(m.adapter_id).mkdir()
+                for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS, OPTIMIZER_STATE):
+                    if (source / name).is_file():
+                        link_tree(source / name, tmp / m.adapter_id / name)
+            else:
+                save_adapter(adapters[m.adapter_id], tmp / m.adapter_id, base_model)
         write_artifact(members_frame(members), tmp, POPULATION_ARTIFACT, run_id=run_id, generation=generation)
 
     return write_dir_atomic(Path(directory), fill, replace=True)

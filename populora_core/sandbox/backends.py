@@ -2,11 +2,12 @@
 
 - ``local``: bubblewrap, started as a dedicated unprivileged uid per worker;
   new user, pid, network, ipc, uts and cgroup namespaces; only the interpreter
-  and /usr/lib mounted, read-only; a size-capped private /tmp; no capabilities;
-  empty environment. Dies with its parent.
-- ``docker``: one long-lived hardened container per worker (no network,
-  read-only root, distinct non-root uid, cap_drop ALL, no-new-privileges,
-  pids and memory limits, an init). Killed by name when it hangs.
+  and /usr/lib mounted, read-only; a read-only root and /dev (its character
+  devices still work); writable only a size-capped private /tmp and /dev/shm,
+  which the worker empties after every job; no capabilities; empty
+  environment. Dies with its parent.
+- ``docker`` (docker_backend.py): one long-lived hardened container per worker,
+  driven through the Docker SDK.
 - ``unsafe-subprocess``: the worker as a plain child process with rlimits only.
   It blocks neither the network nor writes to the host: it exists for machines
   where neither of the others can run, only when asked for by name, and warns
@@ -20,47 +21,35 @@ import os
 import shutil
 import stat
 import subprocess
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from populora_core.config import SandboxConfig
+from populora_core.sandbox.base import (
+    SHM_MB,
+    TMPFS_MB,
+    Backend,
+    SandboxUnavailable,
+    WorkerProcess,
+    worker_source,
+)
+from populora_core.sandbox.docker_backend import DockerBackend
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "DockerBackend",
+    "LocalBackend",
+    "SandboxUnavailable",
+    "UnsafeSubprocessBackend",
+    "WorkerProcess",
+    "find_system_python",
+    "get_backend",
+    "worker_source",
+]
 
 log = logging.getLogger(__name__)
 
-WORKER_PATH = Path(__file__).with_name("worker.py")
 PYTHON_CANDIDATES = ("/usr/bin/python3.11", "/usr/bin/python3", "/usr/local/bin/python3.11")
-
-
-class SandboxUnavailable(RuntimeError):
-    """The configured backend cannot run here; the message says how to get it."""
-
-
-def worker_source() -> str:
-    return WORKER_PATH.read_text()
-
-
-@dataclass
-class WorkerProcess:
-    """A started worker: a process speaking JSON lines on its stdin/stdout."""
-
-    proc: subprocess.Popen
-    name: str
-    index: int
-
-
-class Backend(Protocol):
-    name: str
-
-    def check(self) -> None:
-        """Raises SandboxUnavailable, with what to do, if this backend cannot run."""
-
-    def start(self, index: int) -> WorkerProcess:
-        """Starts worker ``index`` (0-based)."""
-
-    def stop(self, worker: WorkerProcess) -> None:
-        """Stops a worker for good, whatever it is doing."""
 
 
 def _popen(argv: list[str], env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
@@ -72,6 +61,13 @@ def _popen(argv: list[str], env: dict[str, str] | None = None, **kwargs) -> subp
         env=env,
         close_fds=True,
         **kwargs,
+    )
+
+
+def _popen_worker(argv: list[str], env: dict[str, str], name: str, index: int, **kwargs) -> WorkerProcess:
+    proc = _popen(argv, env=env, **kwargs)
+    return WorkerProcess(
+        name=name, index=index, in_fd=proc.stdin.fileno(), out_fd=proc.stdout.fileno(), handle=proc, exit_code=proc.poll
     )
 
 
@@ -121,9 +117,10 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, config: SandboxConfig, tmpfs_mb: int = 64) -> None:
+    def __init__(self, config: SandboxConfig, tmpfs_mb: int = TMPFS_MB, shm_mb: int = SHM_MB) -> None:
         self.config = config
         self.tmpfs_bytes = tmpfs_mb * 1024 * 1024
+        self.shm_bytes = shm_mb * 1024 * 1024
         self._python: str | None = None
 
     def check(self) -> None:
@@ -138,142 +135,69 @@ class LocalBackend:
             # Not root: bwrap runs as ourselves; we cannot pick a dedicated uid.
             log.info("sandbox 'local': not root, workers run under the current uid %d", os.geteuid())
         self._python = find_system_python(self.config.python)
-        probe = subprocess.run([*self._argv(0, probe=True)], capture_output=True, text=True, timeout=30, check=False)
+        # The real worker with --check: bubblewrap starts, the seccomp filter
+        # installs, and no writable mount escapes the per-job sweep.
+        probe = subprocess.run(self._argv(0, check=True), capture_output=True, text=True, timeout=30, check=False)
+        if probe.stderr.startswith("worker:"):
+            raise SandboxUnavailable(
+                f"sandbox backend 'local': the worker failed its start checks: {probe.stderr.strip()[:300]}"
+            )
         if probe.returncode != 0 or probe.stdout.strip() != "ok":
             raise SandboxUnavailable(
-                "sandbox backend 'local' could not start bubblewrap "
+                "sandbox backend 'local' could not start its worker in bubblewrap "
                 f"(exit {probe.returncode}: {probe.stderr.strip()[:300]}). Unprivileged user "
-                "namespaces must be enabled (sysctl kernel.unprivileged_userns_clone=1); "
-                "or choose sandbox.backend: docker"
+                "namespaces must be enabled (sysctl kernel.unprivileged_userns_clone=1) and "
+                "bubblewrap >= 0.5; or choose sandbox.backend: docker"
             )
 
-    def _argv(self, index: int, probe: bool = False) -> list[str]:
-        python = self._python or find_system_python(self.config.python)
-        prefix: list[str] = []
-        if os.geteuid() == 0:
-            uid = self.config.uid_base + index
-            prefix = [
-                "setpriv",
-                f"--reuid={uid}",
-                f"--regid={uid}",
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-            ]
+    def _filesystem(self, python: str) -> list[str]:
+        """bwrap arguments for the sandbox's file system: read-only but for a capped /tmp and /dev/shm."""
         mounts = ["--ro-bind", python, python]
         for lib in ("/usr/lib", "/usr/lib64", "/usr/local/lib"):
             if Path(lib).is_dir() and not python.startswith(lib):
                 mounts += ["--ro-bind", lib, lib]
         if not python.startswith("/usr/"):
             mounts += ["--ro-bind", str(Path(python).parent.parent), str(Path(python).parent.parent)]
+        return [
+            *mounts,
+            "--symlink", "usr/lib", "/lib",
+            "--symlink", "usr/lib64", "/lib64",
+            "--proc", "/proc",
+            "--dev", "/dev",
+            "--size", str(self.tmpfs_bytes), "--tmpfs", "/tmp",
+            # /dev/shm is a directory of the /dev tmpfs, which is as large as
+            # the host allows: give it its own small tmpfs, then make /dev and
+            # the root (a tmpfs too) read-only, leaving the device nodes usable.
+            "--size", str(self.shm_bytes), "--perms", "1777", "--tmpfs", "/dev/shm",
+            "--remount-ro", "/dev",
+            "--remount-ro", "/",
+        ]  # fmt: skip
+
+    def _argv(self, index: int, check: bool = False) -> list[str]:
+        python = self._python or find_system_python(self.config.python)
+        prefix: list[str] = []
+        if os.geteuid() == 0:
+            uid = self.config.uid_base + index
+            prefix = [
+                "setpriv", f"--reuid={uid}", f"--regid={uid}",
+                "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
+            ]  # fmt: skip
         bwrap = [
             "bwrap",
-            "--unshare-all",
-            "--unshare-user",
-            "--disable-userns",
-            "--die-with-parent",
-            "--new-session",
-            "--cap-drop",
-            "ALL",
-            "--clearenv",
-            "--setenv",
-            "PYTHONHASHSEED",
-            "0",
-            "--setenv",
-            "PATH",
-            "/usr/bin",
-            *mounts,
-            "--symlink",
-            "usr/lib",
-            "/lib",
-            "--symlink",
-            "usr/lib64",
-            "/lib64",
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--size",
-            str(self.tmpfs_bytes),
-            "--tmpfs",
-            "/tmp",
-            "--chdir",
-            "/tmp",
-            "--",
-            python,
-            "-I",
-            "-S",
-        ]
-        if probe:
-            return [*prefix, *bwrap, "-c", "print('ok')"]
-        return [*prefix, *bwrap, "-c", worker_source(), "--isolated"]
-
-    def start(self, index: int) -> WorkerProcess:
-        return WorkerProcess(_popen(self._argv(index), env={}), name=f"local-{index}", index=index)
-
-    def stop(self, worker: WorkerProcess) -> None:
-        _kill_popen(worker.proc)
-
-
-def _docker(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=30, check=False)
-
-
-class DockerBackend:
-    """A pool of long-lived hardened containers, one worker each."""
-
-    name = "docker"
-
-    def __init__(self, config: SandboxConfig, tmpfs_mb: int = 64) -> None:
-        self.config = config
-        self.tmpfs_mb = tmpfs_mb
-        self.run_tag = uuid.uuid4().hex[:8]
-        self._starts: dict[int, int] = {}
-
-    def check(self) -> None:
-        if shutil.which("docker") is None:
-            raise SandboxUnavailable(
-                "sandbox backend 'docker' needs the docker CLI and engine: "
-                "`apt-get install -y docker.io` (or `make system-deps`), then `make dockerd`"
-            )
-        info = _docker("info", "--format", "{{.ServerVersion}}")
-        if info.returncode != 0:
-            raise SandboxUnavailable(
-                "sandbox backend 'docker': no Docker engine answers "
-                f"({info.stderr.strip()[:200]}). Start one with `make dockerd`"
-            )
-        image = _docker("image", "inspect", self.config.docker_image)
-        if image.returncode != 0:
-            raise SandboxUnavailable(
-                f"sandbox backend 'docker': image {self.config.docker_image!r} is missing. "
-                "Build it offline with `make sandbox-image`"
-            )
-
-    def start(self, index: int) -> WorkerProcess:
-        self._starts[index] = self._starts.get(index, 0) + 1
-        name = f"populora-sbx-{self.run_tag}-{index}-{self._starts[index]}"
-        uid = self.config.uid_base + 500 + index
-        mem = f"{self.config.docker_memory_mb}m"
-        argv = [
-            "docker", "run", "-i", "--rm", "--name", name,
-            "--network", "none", "--read-only",
-            "--tmpfs", f"/tmp:rw,nosuid,nodev,size={self.tmpfs_mb}m,mode=1777",
-            "--user", f"{uid}:{uid}", "--cap-drop", "ALL",
-            "--security-opt", "no-new-privileges",
-            "--pids-limit", str(max(32, self.config.max_procs * 2)),
-            "--memory", mem, "--memory-swap", mem,
-            "--init", "--env", "PYTHONHASHSEED=0", "--workdir", "/tmp",
-            "--log-driver", "none",
-            self.config.docker_image,
-            "python3", "-I", "-S", "-c", worker_source(), "--isolated",
+            "--unshare-all", "--unshare-user", "--disable-userns",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--clearenv", "--setenv", "PYTHONHASHSEED", "0", "--setenv", "PATH", "/usr/bin",
+            *self._filesystem(python),
+            "--chdir", "/tmp",
+            "--", python, "-I", "-S",
         ]  # fmt: skip
-        return WorkerProcess(_popen(argv), name=name, index=index)
+        return [*prefix, *bwrap, "-c", worker_source(), "--isolated", *(["--check"] if check else [])]
+
+    def start(self, index: int) -> WorkerProcess:
+        return _popen_worker(self._argv(index), env={}, name=f"local-{index}", index=index)
 
     def stop(self, worker: WorkerProcess) -> None:
-        # Killing the CLI client stops nothing: kill the container by name.
-        _docker("kill", worker.name)
-        _kill_popen(worker.proc)
-        _docker("rm", "-f", worker.name)
+        _kill_popen(worker.handle)
 
 
 class UnsafeSubprocessBackend:
@@ -297,10 +221,10 @@ class UnsafeSubprocessBackend:
         python = find_system_python(self.config.python)
         env = {"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
         argv = [python, "-I", "-S", "-c", worker_source()]
-        return WorkerProcess(_popen(argv, env=env, start_new_session=True), name=f"unsafe-{index}", index=index)
+        return _popen_worker(argv, env=env, name=f"unsafe-{index}", index=index, start_new_session=True)
 
     def stop(self, worker: WorkerProcess) -> None:
-        _kill_popen(worker.proc)
+        _kill_popen(worker.handle)
 
 
 BACKENDS: dict[str, type] = {

@@ -102,10 +102,8 @@ class SandboxPool:
 
     def _spawn(self, index: int) -> _Slot:
         worker = self.backend.start(index)
-        out_fd = worker.proc.stdout.fileno()
-        in_fd = worker.proc.stdin.fileno()
-        os.set_blocking(in_fd, False)
-        return _Slot(worker=worker, out_fd=out_fd, in_fd=in_fd)
+        os.set_blocking(worker.in_fd, False)
+        return _Slot(worker=worker, out_fd=worker.out_fd, in_fd=worker.in_fd)
 
     def _restart(self, slot: _Slot) -> _Slot:
         self.backend.stop(slot.worker)
@@ -209,8 +207,10 @@ class SandboxPool:
         except OSError:
             chunk = b""
         if not chunk:
-            self._fail(batch, k, f"worker exited (code {slot.worker.proc.poll()})")
+            self._fail(batch, k, f"worker exited (code {slot.worker.exit_code()})")
             return
+        if slot.worker.demux is not None:
+            chunk = slot.worker.demux(chunk)
         slot.rbuf += chunk
         if b"\n" not in chunk:
             return

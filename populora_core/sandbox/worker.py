@@ -19,16 +19,26 @@ Status is one of ``ok``, ``error`` (an exception or a fatal signal),
 ``timeout``, ``memory``, ``output_limit``.
 
 Threat model. The program is hostile. This worker is the inner wall; the outer
-wall (no network, read-only filesystem, own pid namespace, dedicated
-unprivileged uid, no capabilities) is the backend's job. Here, per program:
-a fresh child (fork) with rlimits on CPU, address space, file size, open
-files, processes and core dumps; a fresh temporary working directory; stdin
-from /dev/null; every inherited descriptor above 3 closed (fd 3 is the child's
-own result pipe), so the job channel cannot be forged; a hard wall-clock SIGKILL; a cap on captured output. The
-worker is non-dumpable, so a child cannot ptrace it or read its /proc entries
-(environment, descriptors). With ``--isolated`` (the worker is alone in its pid
-namespace under a non-root uid) every process left after a job, daemonised
-grandchildren included, is killed with ``kill(-1)`` and reaped as subreaper.
+wall (no network, read-only filesystem but for size-capped tmpfs /tmp and
+/dev/shm, own pid and IPC namespaces, dedicated unprivileged uid, no
+capabilities) is the backend's job. Here, per program (``jail.py``): a fresh
+child (fork) with rlimits on CPU, address space, file size, open files,
+processes, message queues and core dumps; a working directory holding nothing
+of earlier jobs (isolated: the swept /tmp; otherwise one of its own); stdin
+from /dev/null; every inherited descriptor above 3 closed (fd 3 is the
+child's own result pipe), so the job channel cannot be forged; a hard
+wall-clock SIGKILL; a cap on captured output. A seccomp filter, installed
+once here and inherited by every child, refuses System V IPC, POSIX message
+queues, kernel keyrings, and changing the limits, priority or CPU affinity of
+any process but the caller. The worker is non-dumpable, so a child cannot ptrace it or
+read its /proc entries (environment, descriptors). With ``--isolated`` (the
+worker is alone in its pid namespace under a non-root uid) every process left
+after a job, daemonised grandchildren included, is killed with ``kill(-1)``
+and reaped as subreaper; then every writable directory of the sandbox is
+emptied and its metadata reset, so no job sees what an earlier one left. The
+worker refuses to start if a writable mount would escape that sweep, and exits
+(the pool replaces its sandbox) if a sweep fails. ``--check`` runs those start
+checks, prints ``ok`` and exits.
 
 What it does not stop: a program may kill this worker (same uid). The host pool
 sees the worker die, replaces it and retries the job once.
@@ -39,11 +49,12 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import resource
 import select
 import signal
 import sys
 import time
+
+import jail  # registered by the backend's bootstrap (backends.worker_source)
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
@@ -55,40 +66,6 @@ def _prctl(option: int, value: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except Exception:  # noqa: BLE001 - best effort; the outer wall still holds
         pass
-
-
-def _isolate_fds(out_w: int, res_w: int, workdir: str) -> None:
-    """Child step 1: own session, fresh workdir, stdin from /dev/null, output to the pipe, result on fd 3."""
-    os.setsid()
-    os.chdir(workdir)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(out_w, 1)
-    os.dup2(out_w, 2)
-    # The result pipe moves to fd 3; everything else above 2 is closed,
-    # the worker's job channel included.
-    os.dup2(res_w, 3)
-    os.closerange(4, 65536)
-
-
-def _apply_limits(job: dict) -> None:
-    """Child step 2: rlimits on CPU, address space, file size, open files, processes and core dumps."""
-    timeout = float(job.get("timeout_s", 2.0))
-    cpu = max(1, int(timeout + 1))
-    mem = int(job.get("memory_mb", 512)) * 1024 * 1024
-    fsize = int(job.get("max_output_bytes", 65536)) * 4
-    for lim, val in (
-        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
-        (resource.RLIMIT_AS, (mem, mem)),
-        (resource.RLIMIT_FSIZE, (fsize, fsize)),
-        (resource.RLIMIT_NOFILE, (32, 32)),
-        (resource.RLIMIT_NPROC, (int(job.get("max_procs", 16)),) * 2),
-        (resource.RLIMIT_CORE, (0, 0)),
-    ):
-        try:
-            resource.setrlimit(lim, val)
-        except (ValueError, OSError):
-            pass
 
 
 def _bind_stdio(job: dict) -> None:
@@ -117,8 +94,8 @@ def _child(job: dict, out_w: int, res_w: int, workdir: str) -> None:
     it gets the same stack depth under the recursion limit as it always has.
     """
     try:
-        _isolate_fds(out_w, res_w, workdir)
-        _apply_limits(job)
+        jail.isolate_fds(out_w, res_w, workdir)
+        jail.apply_limits(job)
         _bind_stdio(job)
     except BaseException:  # noqa: BLE001
         os._exit(70)
@@ -224,8 +201,12 @@ def _kill_leftovers(pid: int, isolated: bool) -> None:
             pass
 
 
-def _reap(pid: int, status: int | None) -> int | None:
-    """Waits for the killed child (unless already reaped) and collects any orphans."""
+def _reap(pid: int, status: int | None, isolated: bool) -> int | None:
+    """Waits for the killed child (unless already reaped) and collects the orphans.
+
+    Isolated, it waits until no process of the job is left (every one was sent
+    SIGKILL), so the sweep that follows races with nobody.
+    """
     if status is None:
         try:
             _, status = os.waitpid(pid, 0)
@@ -233,7 +214,7 @@ def _reap(pid: int, status: int | None) -> int | None:
             status = None
     while True:
         try:
-            got, _ = os.waitpid(-1, os.WNOHANG)
+            got, _ = os.waitpid(-1, 0 if isolated else os.WNOHANG)
         except ChildProcessError:
             break
         if got == 0:
@@ -251,35 +232,19 @@ def _make_workdir() -> str:
     return path
 
 
-def _remove_tree(path: str) -> None:
-    """rm -rf without following symlinks; never raises."""
-    try:
-        entries = list(os.scandir(path))
-    except OSError:
-        entries = []
-    for entry in entries:
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                _remove_tree(entry.path)
-            else:
-                os.unlink(entry.path)
-        except OSError:
-            pass
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass
-
-
 _JOB_COUNTER = 0
 
 
 def run_job(job: dict, *, isolated: bool) -> dict:
-    """Runs one job in a forked child and returns its result record."""
+    """Runs one job in a forked child and returns its result record.
+
+    Isolated, the job works in /tmp, which the caller sweeps after it;
+    otherwise it gets a directory of its own, removed here.
+    """
     started = time.perf_counter()
     timeout = float(job.get("timeout_s", 2.0))
     max_out = int(job.get("max_output_bytes", 65536))
-    workdir = _make_workdir()
+    workdir = jail.SWEEP_ROOTS[0] if isolated else _make_workdir()
     out_r, out_w = os.pipe()
     res_r, res_w = os.pipe()
     pid = os.fork()
@@ -293,10 +258,11 @@ def run_job(job: dict, *, isolated: bool) -> dict:
     caps = {out_r: max_out, res_r: max_out + 4096}
     outcome, wait_status = _drain(pid, bufs, caps, time.monotonic() + timeout)
     _kill_leftovers(pid, isolated)
-    wait_status = _reap(pid, wait_status)
+    wait_status = _reap(pid, wait_status, isolated)
     os.close(out_r)
     os.close(res_r)
-    _remove_tree(workdir)
+    if not isolated:
+        jail.clear_dir(workdir, remove=True)
     stdout = bytes(bufs[out_r][:max_out]).decode("utf-8", "replace")
     result = {"id": job.get("id"), "status": "ok", "stdout": stdout, "value": None, "error": None}
     if outcome in ("timeout", "output_limit"):
@@ -358,6 +324,24 @@ def _warm_compiler() -> None:
         compile("f(3, [1, 2], {'a': (1.5, None)})", "<warmup>", "eval")
 
 
+def _start_checks(isolated: bool) -> str | None:
+    """Installs the syscall filter and, isolated, checks that the sweep reaches every writable mount.
+
+    Returns what is wrong, or None. Without isolation (the unsafe backend) a
+    missing filter is tolerated: that backend promises nothing.
+    """
+    try:
+        jail.install_syscall_filter()
+    except OSError as exc:
+        if isolated:
+            return f"cannot install the seccomp filter: {exc}"
+    if isolated:
+        leaks = jail.unswept_writable_mounts()
+        if leaks:
+            return f"writable mounts {leaks} would outlive jobs: only {list(jail.SWEEP_ROOTS)} may be writable"
+    return None
+
+
 def main(argv: list[str]) -> int:
     isolated = "--isolated" in argv
     if isolated and os.getuid() == 0:
@@ -372,6 +356,11 @@ def main(argv: list[str]) -> int:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     _warm_compiler()
+    problem = _start_checks(isolated)
+    if problem or "--check" in argv:
+        print(f"worker: {problem}" if problem else "ok", file=sys.stderr if problem else sys.stdout)
+        return 2 if problem else 0
+    sweep = jail.Sweeper() if isolated else None
     keep = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
     os.environ.clear()
     os.environ.update(keep)
@@ -388,8 +377,12 @@ def main(argv: list[str]) -> int:
                       "error": "malformed job", "seconds": 0.0}  # fmt: skip
         else:
             result = run_job(job, isolated=isolated)
+        swept = sweep() if sweep else True  # before the result goes out: a finished job has left nothing
         out.write(json.dumps(result).encode() + b"\n")
         out.flush()
+        if not swept:
+            print("worker: could not empty the sandbox's writable directories; exiting", file=sys.stderr)
+            return 3
     return 0
 
 

@@ -49,8 +49,9 @@ def evolve(
     config: RunConfig,
     generation: int,
 ) -> pd.DataFrame:
-    """Writes the next generation's snapshot into ``next_members_dir`` (optimizer states
-    carried from ``updated_dir``); returns the lineage of this generation's replacements."""
+    """Writes the next generation's snapshot into ``next_members_dir`` (surviving members
+    hard-linked from ``updated_dir`` with their optimizer states, children written);
+    returns the lineage of this generation's replacements."""
     new_members, adapters, lineage = next_population(members, updated_dir, ratings, config, generation)
     save_population(
         next_members_dir,
@@ -58,6 +59,6 @@ def evolve(
         new_members,
         adapters,
         base_model=base_model,
-        carry_optimizer_from=updated_dir,
+        link_from=updated_dir,
     )
     return lineage

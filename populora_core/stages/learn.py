@@ -30,6 +30,7 @@ from populora_core.population.rating import update_ratings
 from populora_core.problems import badly_formatted
 from populora_core.rewards import solve_rate, student_reward, teacher_reward
 from populora_core.seeding import derive_seed
+from populora_core.storage import link_dir_atomic
 from populora_core.training.grpo import advantage_groups, compute_advantages
 from populora_core.training.trainer import Rollout
 
@@ -168,15 +169,16 @@ def update(
         source = Path(members_dir) / m.adapter_id
         batch = training_batch(m.adapter_id, rewards, proposals, rollouts)
         reason = skip_reason(batch, rewards.loc[rewards["adapter_id"] == m.adapter_id, "reward"])
-        adapter, state = load_adapter(source), load_optimizer_state(source)
         row = dict.fromkeys(("loss", "clip_frac", "kl", "grad_norm", "tokens", "seconds", "delta_change"), 0.0)
         row.update(adapter_id=m.adapter_id, samples=len(batch), updated=False, skip_reason=reason, steps=0)
-        if not reason:
+        if reason:  # unchanged: the snapshot's files, linked (storage.link_dir_atomic), not copied
+            link_dir_atomic(source, target, extra={"metrics.json": json.dumps(row)})
+        else:
             seed = derive_seed(config.seed, generation, m.adapter_id, "minibatches")
-            before = adapter
-            adapter, metrics, state = trainer.update(adapter, batch, config.update_grpo, state, seed=seed)
+            before, state = load_adapter(source), load_optimizer_state(source)
+            adapter, metrics, state = trainer.update(before, batch, config.update_grpo, state, seed=seed)
             row.update(updated=True, delta_change=delta_change(before, adapter), **_train_columns(metrics))
-        _save_updated(target, adapter, state, row, base_model)
+            save_updated(target, adapter, state, row, base_model)
         rows.append(row)
     return pd.DataFrame(rows, columns=columns("train_metrics"))
 
@@ -193,7 +195,7 @@ def _train_columns(metrics: dict[str, float]) -> dict:
     }
 
 
-def _save_updated(target: Path, adapter: LoraAdapter, state: dict | None, row: dict, base_model: str) -> None:
+def save_updated(target: Path, adapter: LoraAdapter, state: dict | None, row: dict, base_model: str) -> None:
     """Adapter, optimizer state and metrics.json (the adapter's "done" mark) as one directory."""
 
     def fill(tmp: Path) -> None:

@@ -8,6 +8,8 @@ a small record. ``stages_done`` and ``run_status`` read the same table.
 
 from __future__ import annotations
 
+import re
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from populora_core.artifacts import artifact_path, damage
+from populora_core import storage
+from populora_core.artifacts import DamagedArtifact, artifact_path, damage
 from populora_core.problems import seed_buffers
 from populora_core.runs import RunDir
 from populora_core.stages import table
@@ -73,15 +76,10 @@ def is_done(run: RunDir, generation: int, stage: table.Stage) -> bool:
 
 
 def damaged(run: RunDir, generation: int) -> dict[str, str]:
-    """Artifact name → why it cannot be read, for every unreadable artifact of ``generation``."""
-    found = {}
-    for stage in table.TABLE:
-        for output in stage.outputs:
-            path = artifact_path(run.gen(generation), output)
-            reason = damage(path) if path.is_file() else None
-            if reason:
-                found[output] = reason
-    return found
+    """Artifact name → what is wrong with it, for every damaged artifact of ``generation``:
+    unreadable, or (a complete generation) not the size and sha256 its ``_SUCCESS`` recorded
+    (``storage.verify_generation``)."""
+    return storage.verify_generation(run, generation, [o for stage in table.TABLE for o in stage.outputs])
 
 
 def remove_damaged(run: RunDir, generation: int) -> list[str]:
@@ -103,6 +101,8 @@ def run_stage(run: RunDir, generation: int, name: str) -> dict:
     started = time.perf_counter()
     cached = is_done(run, generation, stage)
     if not cached:
+        if {"backend", "trainer"} & set(stage.needs) or "members_dir" in stage.inputs:
+            storage.require_snapshot(run, generation, f"stage {name!r} of generation {generation}")
         kwargs = {i: resolve_input(run, generation, i) for i in stage.inputs}
         kwargs |= {n: _heavy(run, generation, n) for n in stage.needs}
         result = stage.fn(**kwargs, config=run.config(), generation=generation)
@@ -168,3 +168,65 @@ def run_status(run: RunDir) -> RunStatus:
         damaged={f"{run.gen(g).name}/{name}": why for g in run.generations() for name, why in damaged(run, g).items()},
         holder=holder.describe() if (holder := run.holder()) else None,
     )
+
+
+def parse_artifact_ref(run: RunDir, ref: str) -> tuple[int, str]:
+    """``gen_0001/verdicts`` (or ``gen_0001/verdicts.parquet``) → (1, "verdicts"), checked."""
+    from populora_core.config import ConfigError
+
+    gen_name, _, name = ref.strip("/").removesuffix(".parquet").partition("/")
+    outputs = [o for s in table.TABLE for o in s.outputs]
+    if not re.fullmatch(r"gen_\d{4}", gen_name) or name not in outputs:
+        raise ConfigError(f"--recompute {ref!r}: expected gen_NNNN/<artifact>, an artifact of {', '.join(outputs)}")
+    generation = int(gen_name[4:])
+    if not run.is_complete(generation):
+        raise ConfigError(f"--recompute {ref}: generation {generation} is not complete; a resume recomputes it anyway")
+    return generation, name
+
+
+def recompute(run: RunDir, generation: int, name: str) -> str:
+    """Recomputes artifact ``name`` of a complete generation from its stage's inputs and
+    replaces only that file: the stage's other outputs and the adapter directories it
+    writes are left as they are (those are written into a scratch directory, removed
+    after). Records the new digest in ``_SUCCESS``; returns one line saying whether the
+    content equals what ``_SUCCESS`` had recorded."""
+    stage = table.stage_of(name)
+    recorded = run.success(generation).get("artifacts", {}).get(name, {}).get("sha256")
+    scratch = run.root / f".recompute{storage.TMP_MARK}{generation}-{name}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        kwargs = {i: resolve_input(run, generation, i) for i in stage.inputs if i not in stage.dirs}
+        for d in stage.dirs:  # a copy made of links: the stage reads what is done there, writes elsewhere
+            source = resolve_input(run, generation, d)
+            kwargs[d] = scratch / d
+            if Path(source).is_dir():
+                storage.link_tree(source, scratch / d)
+        kwargs |= {n: _heavy(run, generation, n) for n in stage.needs}
+        result = stage.fn(**kwargs, config=run.config(), generation=generation)
+        frames = (result,) if len(stage.outputs) == 1 else tuple(result)
+        path = run.write(generation, name, frames[stage.outputs.index(name)])
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    storage.reseal(run, generation, [name])
+    same = storage.file_digest(path)["sha256"] == recorded
+    verdict = "identical to the content _SUCCESS recorded" if same else "differs from the sha256 _SUCCESS recorded"
+    return f"recomputed {run.gen(generation).name}/{name}.parquet (stage {stage.name}): {verdict}"
+
+
+def damaged_complete(run: RunDir) -> dict[str, str]:
+    """``gen_NNNN/<artifact>`` → what is wrong, over the run's complete generations."""
+    return {f"{run.gen(g).name}/{n}": why for g in run.complete_generations() for n, why in damaged(run, g).items()}
+
+
+def check_intact(run: RunDir, recompute: list[str] | tuple[str, ...] = ()) -> None:
+    """Raises DamagedArtifact naming the first damaged artifact of a complete generation and
+    the command that recomputes it (and how many more there are); artifacts ``recompute``
+    names (``gen_0001/verdicts``, checked) are left out: they are about to be recomputed."""
+    skip = {f"{run.gen(g).name}/{n}" for g, n in (parse_artifact_ref(run, ref) for ref in recompute)}
+    found = {ref: why for ref, why in damaged_complete(run).items() if ref not in skip}
+    if found:
+        ref, why = next(iter(found.items()))
+        more = f" ({len(found) - 1} more: populora status {run.root})" if len(found) > 1 else ""
+        generation, name = int(ref[4:8]), ref.split("/", 1)[1]
+        path = artifact_path(run.gen(generation), name)
+        raise DamagedArtifact(path, why, run.recompute_command(generation, name) + more)

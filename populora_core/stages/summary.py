@@ -10,6 +10,7 @@ from populora_core.artifacts import artifacts_in
 from populora_core.metrics.complexity import METRIC_NAMES
 from populora_core.metrics.dynamics import TRIVIAL_DEPTH, problem_triviality, solve_rates_by_source
 from populora_core.runs import RunDir
+from populora_core.storage import bytes_written
 
 
 def generation_summary(run: RunDir, generation: int, records: Mapping[str, dict]) -> dict:
@@ -51,6 +52,7 @@ def generation_summary(run: RunDir, generation: int, records: Mapping[str, dict]
             f"{k}_mean": float(fresh.loc[fresh["valid"], k].mean()) if fresh["valid"].any() else float("nan")
             for k in METRIC_NAMES
         },
+        "bytes_written": bytes_written(run, generation),  # new bytes on disk: links of unchanged adapters are free
         "seconds": sum(seconds.values()),
         "stage_seconds": seconds,  # summed over every process that computed a stage
         "attempts": attempts,
@@ -81,7 +83,8 @@ def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
         "",
         f"valid proposals **{summary['valid_rate']:.0%}** of {summary['proposals']} · "
         f"solved **{summary['solve_rate']:.0%}** of {summary['solutions']} solutions · "
-        f"format errors {summary['format_error_rate']:.0%} · {summary['seconds']:.0f} s",
+        f"format errors {summary['format_error_rate']:.0%} · {summary['seconds']:.0f} s"
+        + (f" · {mib(summary['bytes_written'])} written" if "bytes_written" in summary else ""),
         "",
         "| adapter | role | solve rate | teacher reward | valid proposals | ΔW change | μ | σ | μ − 3σ |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -128,6 +131,11 @@ def _dynamics_lines(summary: dict) -> list[str]:
         f"output = input {pct(t['output_is_input'])}, AST depth ≤ {TRIVIAL_DEPTH} {pct(t['shallow'])}, "
         f"distinct {pct(t['distinct'])}.",
     ]
+
+
+def mib(n: int) -> str:
+    """A byte count in MiB (or GiB from 10 GiB)."""
+    return f"{n / 2**30:.1f} GiB" if n >= 10 * 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def pct(value: float) -> str:

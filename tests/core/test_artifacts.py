@@ -101,8 +101,8 @@ def test_an_unreadable_artifact_is_named_in_one_line_with_the_command_that_recom
     assert "\n" not in message and str(path) in message and f"populora resume {run.root}" in message
     assert not is_done(run, 0, get_stage("pair")) and set(damaged(run, 0)) == {"pairings"}
 
-    mark_success(run.gen(0), {})  # a complete generation: replay recomputes it
-    with pytest.raises(DamagedArtifact, match=rf"populora replay {run.root} --generation 0 --from pair"):
+    mark_success(run.gen(0), {})  # a complete generation: resume --recompute recomputes it in place
+    with pytest.raises(DamagedArtifact, match=rf"populora resume {run.root} --recompute gen_0000/pairings"):
         run.read(0, "pairings")
 
     (run.gen(0) / SUCCESS).unlink()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
-import subprocess
 
 import pytest
 
 from populora_core.config import SandboxConfig
 from populora_core.sandbox import Job, SandboxPool, SandboxUnavailable, run_jobs
-from tests.conftest import start_pool
+from populora_core.sandbox.base import SHM_MB, TMPFS_MB
+from populora_core.sandbox.docker_backend import Demux
+from tests.conftest import docker_client, start_pool
 
 
 def test_results_come_back_in_order(local_pool):
@@ -46,14 +47,49 @@ def test_hung_worker_is_replaced_and_job_retried_once(backend):
         assert "hung" in (results[0].error or "")
         assert (results[1].status, results[1].value) == ("ok", "42")
         assert pool.stats.worker_restarts == 2
-        if backend == "docker":  # the hung containers were killed by name, not left running
-            names = subprocess.run(
-                ["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True
-            ).stdout
+        if backend == "docker":  # the hung containers were killed and removed, not left running
+            names = [c.name for c in docker_client().containers.list(all=True)]
             tag = pool.backend.run_tag
-            assert f"{tag}-0-1" not in names and f"{tag}-0-2" not in names
+            assert f"populora-sbx-{tag}-0-1" not in names and f"populora-sbx-{tag}-0-2" not in names
+            assert f"populora-sbx-{tag}-0-3" in names  # the live replacement
     finally:
         pool.close()
+    if backend == "docker":
+        assert not [c for c in docker_client().containers.list(all=True) if pool.backend.run_tag in c.name]
+
+
+@pytest.mark.docker
+def test_docker_containers_are_hardened():
+    """What the SDK asked for is what the engine runs: the hardening flags of the design card."""
+    pool = start_pool("docker", workers=1)
+    try:
+        (result,) = pool.run([Job(code="import os", expr="(os.getuid(), os.getgid())")])
+        (container,) = [c for c in docker_client().containers.list() if pool.backend.run_tag in c.name]
+        host = container.attrs["HostConfig"]
+    finally:
+        pool.close()
+    uid = pool.config.uid_base + 500
+    assert result.value == repr((uid, uid))
+    assert container.attrs["Config"]["User"] == f"{uid}:{uid}"
+    assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
+    assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["IpcMode"] == "private" and host["Init"] is True
+    assert host["Memory"] == host["MemorySwap"] == pool.config.docker_memory_mb * 1024**2
+    assert host["PidsLimit"] == max(32, pool.config.max_procs * 2)
+    assert host["ShmSize"] == SHM_MB * 1024**2
+    assert host["Tmpfs"] == {"/tmp": f"rw,nosuid,nodev,size={TMPFS_MB}m,mode=1777"}
+
+
+def test_docker_attach_stream_is_demultiplexed():
+    """Frames split anywhere across reads give back stdout only, byte for byte."""
+    frames = b"".join(
+        bytes([stream, 0, 0, 0]) + len(payload).to_bytes(4, "big") + payload
+        for stream, payload in [(1, b'{"id": 0}\n{"i'), (2, b"noise on stderr"), (1, b'd": 1}\n'), (1, b"")]
+    )
+    for cut in range(1, 12):
+        demux = Demux()
+        pieces = [frames[i : i + cut] for i in range(0, len(frames), cut)]
+        assert b"".join(demux(piece) for piece in pieces) == b'{"id": 0}\n{"id": 1}\n'
 
 
 @pytest.mark.docker

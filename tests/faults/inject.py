@@ -24,8 +24,11 @@ def _armed(once: str | None) -> bool:
 
 
 def install(fault: str, once: str | None) -> None:
-    """Wraps ``RunDir.write``: the write of ``fault``'s (stage@generation) first artifact dies."""
+    """Wraps ``RunDir.write``: the write of ``fault``'s (stage@generation) first artifact dies
+    (``tracking@generation``: see ``install_tracking``)."""
     stage, _, generation = fault.partition("@")
+    if stage == "tracking":
+        return install_tracking(int(generation), once)
     outputs = get_stage(stage).outputs
     write = RunDir.write
 
@@ -41,6 +44,21 @@ def install(fault: str, once: str | None) -> None:
         return write(self, g, name, frame)
 
     RunDir.write = faulty
+
+
+def install_tracking(generation: int, once: str | None) -> None:
+    """Wraps ``tracking.sync``: the process dies in the first sync after ``generation``'s
+    ``_SUCCESS`` is written, before anything of it is logged."""
+    from populora_core import tracking
+
+    sync = tracking.sync
+
+    def dying(run: RunDir) -> dict:
+        if run.is_complete(generation) and _armed(once):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return sync(run)
+
+    tracking.sync = dying
 
 
 def fault_env(env: dict[str, str], fault: str, once: Path | None = None) -> dict[str, str]:

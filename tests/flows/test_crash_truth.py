@@ -92,13 +92,41 @@ def test_a_truncated_artifact_is_named_by_status_recomputed_by_resume_and_named_
         run.read(0, "problems").drop(columns="run_id"), reference_run.read(0, "problems").drop(columns="run_id")
     )
 
-    _truncate(artifact_path(run.gen(0), "verdicts"))  # now in a complete generation
+    # damage in a complete generation: verdicts truncated, one bit of rewards flipped (it may still read)
+    _truncate(artifact_path(run.gen(0), "verdicts"))
+    rewards = artifact_path(run.gen(0), "rewards")
+    data = bytearray(rewards.read_bytes())
+    data[len(data) // 3] ^= 0x01
+    rewards.write_bytes(bytes(data))
     status = " ".join(populora(["status", str(out)], prefect_server).stdout.split())
-    assert "damaged gen_0000/verdicts.parquet" in status
-    assert f"populora replay {out} --generation 0 --from verify" in status
+    assert (
+        "damaged gen_0000/verdicts.parquet" in status and "damaged gen_0000/rewards.parquet (sha256 differs" in status
+    )
+    assert f"populora resume {out} --recompute gen_0000/verdicts" in status
     analyze = populora(["analyze", str(out)], prefect_server)
     assert analyze.returncode == 2 and "Traceback" not in analyze.stdout
-    assert "verdicts.parquet is damaged" in " ".join(analyze.stdout.split()), analyze.stdout[-2000:]
+    assert "is damaged" in analyze.stdout and "--recompute gen_0000/" in " ".join(analyze.stdout.split())
+    refused = populora(["resume", str(out), "--generations", "1"], prefect_server)
+    assert refused.returncode == 2 and "Traceback" not in refused.stdout, refused.stdout[-3000:]
+    assert "--recompute gen_0000/" in " ".join(refused.stdout.split())
+
+    untouched = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.rglob("*") if p.is_file()}
+    untouched = {
+        p: v for p, v in untouched.items() if p.name not in ("verdicts.parquet", "rewards.parquet", "_SUCCESS")
+    }
+    fix = ["--recompute", "gen_0000/verdicts", "--recompute", "gen_0000/rewards.parquet"]
+    fixed = populora(["resume", str(out), "--generations", "1", *fix], prefect_server)
+    assert fixed.returncode == 0, fixed.stdout[-3000:]
+    assert "recomputed gen_0000/rewards.parquet (stage reward): identical" in " ".join(fixed.stdout.split())
+    timing = ["run_id", "seconds"]  # the sandbox's seconds per program are measured anew
+    pd.testing.assert_frame_equal(
+        run.read(0, "verdicts").drop(columns=timing), reference_run.read(0, "verdicts").drop(columns=timing)
+    )
+    pd.testing.assert_frame_equal(
+        run.read(0, "rewards").drop(columns="run_id"), reference_run.read(0, "rewards").drop(columns="run_id")
+    )
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in untouched} == untouched  # nothing else touched
+    assert "damaged" not in populora(["status", str(out)], prefect_server).stdout
 
 
 def test_the_resume_deployment_never_starts_a_new_run(tmp_path):

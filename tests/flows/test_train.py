@@ -118,14 +118,18 @@ def test_sigkill_during_each_stage_then_resume_gives_the_uninterrupted_artifacts
     runs = tmp_path / "runs"
     run = RunDir(runs / "crashed")
     faults = [(stage.name, 0) for stage in TABLE] + [("propose", 1)]
+    train = [*TRAIN, "--run-id", "crashed", "--runs-dir", str(runs), "--set", "tracking.backends=[tensorboard, mlflow]"]
     for i, (stage, generation) in enumerate(faults):
-        args = [*TRAIN, "--run-id", "crashed", "--runs-dir", str(runs)] if i == 0 else ["resume", str(run.root)]
+        args = train if i == 0 else ["resume", str(run.root)]
         result = populora(args, prefect_server, fault=f"{stage}@{generation}")
         assert result.returncode == -9, (stage, result.stdout[-3000:])
         gen = run.gen(generation)
         assert partial_files(gen), stage  # killed half-way through writing
         assert not (gen / SUCCESS).exists()
         assert not artifact_path(gen, get_stage(stage).outputs[-1]).exists()
+    # killed after the last generation's _SUCCESS, before logging it: the next resume catches up
+    untracked = populora(["resume", str(run.root)], prefect_server, fault=f"tracking@{GENERATIONS - 1}")
+    assert untracked.returncode == -9 and run.complete_generations() == list(range(GENERATIONS))
     final = populora(["resume", str(run.root)], prefect_server)
     assert final.returncode == 0, final.stdout[-3000:]
     assert run.complete_generations() == list(range(GENERATIONS))
@@ -158,6 +162,36 @@ def test_sigkill_during_each_stage_then_resume_gives_the_uninterrupted_artifacts
         "crashed/gen_0000": "populora-generation",
         "crashed/gen_0001": "populora-generation",
     }
+    _assert_tracked_once(run)
+
+
+def _assert_tracked_once(run: RunDir) -> None:
+    """The run's one MLflow run (run.json's) and its TensorBoard files hold every figure of
+    every generation once, though each killed process logged to them and one died before logging."""
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from populora_core import tracking
+
+    figures = {g: tracking.figures(run, g) for g in range(GENERATIONS)}
+    want = {key: [(g, f[key]) for g, f in figures.items() if key in f] for key in set().union(*figures.values())}
+    assert {"valid_rate", "coverage", "bytes_written", "stage_seconds/propose"} <= set(want)
+    assert any(k.startswith("ratings/") for k in want) and any(k.startswith("train/") for k in want)
+    recorded = tracking.state(run)["mlflow"]
+    client = MlflowClient(recorded["uri"])
+    [found] = client.search_runs([recorded["experiment_id"]])
+    assert found.info.run_id == recorded["run_id"] and found.info.status == "FINISHED"
+    assert found.data.params["population.teachers"] == str(run.config().population.teachers)
+    assert found.data.params["tracking.backends"] == '["tensorboard", "mlflow"]'
+    assert set(found.data.metrics) == {*want, "generation"}
+    for key, points in want.items():
+        history = sorted((m.step, m.value) for m in client.get_metric_history(found.info.run_id, key))
+        assert history == [(g, pytest.approx(v)) for g, v in points], key
+    acc = EventAccumulator(str(tracking.tensorboard_dir(run)), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert set(acc.Tags()["scalars"]) == set(want)
+    for key, points in want.items():
+        assert [(e.step, e.value) for e in acc.Scalars(key)] == [(g, pytest.approx(v, rel=1e-6)) for g, v in points]
 
 
 def test_replay_recomputes_from_a_stage_without_regenerating_upstream(reference_run, prefect_server, tmp_path):

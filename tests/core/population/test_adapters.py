@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -116,16 +117,22 @@ def test_population_snapshot_is_atomic_and_complete(tmp_path):
     assert loaded_members == members
     assert set(loaded) == set(adapters)
 
-    # optimizer state lives beside the adapter and carries over to the next snapshot
+    # optimizer state lives beside the adapter; the next snapshot links a member found in
+    # `link_from` (same inodes: nothing copied) with its optimizer state, and writes the others
     sid = members[0].adapter_id
     state = {
         "state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.randn(4, 4)}},
         "param_groups": [{"lr": 1e-4, "params": [0]}],
     }
     save_optimizer_state(path / sid, state)
-    save_population(root / "gen_0001", 1, members, adapters, carry_optimizer_from=path)
+    child = replace(members[-1], adapter_id="child-g0001-0")
+    adapters["child-g0001-0"] = adapters[members[-1].adapter_id]
+    save_population(root / "gen_0001", 1, [*members[:-1], child], adapters, link_from=path)
     carried = load_optimizer_state(root / "gen_0001" / sid)
     assert torch.equal(carried["state"][0]["exp_avg"], state["state"][0]["exp_avg"])
+    for name in ("adapter_model.safetensors", "adapter_config.json", "optimizer.pt"):
+        assert (root / "gen_0001" / sid / name).samefile(path / sid / name)
+    assert (root / "gen_0001" / "child-g0001-0" / "adapter_model.safetensors").stat().st_nlink == 1
 
     # a failure while writing leaves no partial generation behind
     broken = dict(adapters)
