@@ -89,10 +89,16 @@ def replay_warnings(source: RunDir, generation: int, from_stage: str) -> list[st
     """What a replay cannot reproduce exactly: an update from a snapshot whose optimizer
     state was not kept starts AdamW afresh."""
     names = table.stage_names()
+    keep = f"storage.optimizer_snapshots: {source.config().storage.optimizer_snapshots}"
     if names.index(from_stage) <= names.index("update") and optimizer_dropped(source, generation):
         return [
-            f"snapshot gen_{generation:04d} keeps no optimizer state (storage.optimizer_snapshots: "
-            f"{source.config().storage.optimizer_snapshots}): the replayed update starts AdamW afresh, so its "
-            "adapters differ from the original run's; keep every snapshot's with storage.optimizer_snapshots=0"
+            f"snapshot gen_{generation:04d} keeps no optimizer state ({keep}): the replayed update starts AdamW "
+            "afresh, so its adapters differ from the original run's; keep every snapshot's with "
+            "storage.optimizer_snapshots=0"
+        ]
+    if names.index(from_stage) > names.index("update") and optimizer_dropped(source, generation + 1):
+        return [
+            f"the updated adapters of generation {generation} keep no optimizer state ({keep}): a later "
+            "`populora resume` of the replayed run starts AdamW afresh"
         ]
     return []

@@ -5,7 +5,7 @@ A run's disk grows with what changed, not with what it holds:
 - an adapter that did not change is **hard-linked**, never copied: an update that
   trains nothing links the snapshot's files into ``gen_N/updated/<id>``, and the next
   snapshot links every surviving member from ``updated/`` (only evolution's children
-  are written). Nothing is ever modified in place (every write is temp file + rename),
+  are written). No adapter, optimizer state or artifact is modified in place (temp file + rename),
   so a link is never changed behind another name's back;
 - optimizer state is kept in the newest ``storage.optimizer_snapshots`` snapshots only
   (``drop_optimizer_states``: names are unlinked; ``_OPTIMIZER_DROPPED`` says so);
@@ -22,6 +22,7 @@ that recomputes it.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -64,7 +65,9 @@ def link_or_copy(src: str | Path, dst: str | Path) -> None:
     """A hard link of file ``src`` at ``dst``; a copy where linking fails (another filesystem)."""
     try:
         os.link(src, dst)
-    except OSError:
+    except OSError as exc:  # only where linking is impossible: never copy over an existing file
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
         shutil.copy2(src, dst)
 
 
@@ -141,12 +144,12 @@ def drop_optimizer_states(run: RunDir, keep: int) -> list[Path]:
     removed = []
     for s in snapshots[:-keep]:
         names = [*run.members_dir(s).glob(f"*/{OPTIMIZER_STATE}"), *run.updated(s - 1).glob(f"*/{OPTIMIZER_STATE}")]
+        if names:  # the marker first: a kill half-way leaves it said
+            record = {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "optimizer_snapshots": keep}
+            write_text_atomic(json.dumps(record), run.members_dir(s) / OPTIMIZER_DROPPED)
         for name in names:
             name.unlink(missing_ok=True)
             removed.append(name)
-        if names:
-            record = {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "optimizer_snapshots": keep}
-            write_text_atomic(json.dumps(record), run.members_dir(s) / OPTIMIZER_DROPPED)
     return removed
 
 
@@ -215,12 +218,12 @@ def prune(run: RunDir, keep_last: int, keep_every: int = 0) -> PruneResult:
     before = unique_bytes([run.root])
     for s in todo:
         snapshot = run.members_dir(s)
+        record = {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "keep_last": keep_last, "keep_every": keep_every}
+        write_text_atomic(json.dumps(record), snapshot / PRUNED)  # first: a reader never sees half a snapshot unsaid
         for entry in snapshot.iterdir():
             if entry.is_dir():
                 shutil.rmtree(entry)
         shutil.rmtree(run.updated(s - 1), ignore_errors=True)
-        record = {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "keep_last": keep_last, "keep_every": keep_every}
-        write_text_atomic(json.dumps(record), snapshot / PRUNED)
     return PruneResult(pruned=todo, kept=kept, freed_bytes=before - unique_bytes([run.root]))
 
 

@@ -60,8 +60,11 @@ def finish_generation(run_dir: str, generation: int, records: dict[str, dict], s
     storage.seal(run.gen(generation), record)  # with each artifact's size and sha256
     # after the summary counted bytes_written (and after _SUCCESS: a kill in between leaves
     # them for the next generation's finish to drop)
-    for name in storage.drop_optimizer_states(run, run.config().storage.optimizer_snapshots):
-        get_run_logger().debug("dropped optimizer state %s", name)
+    try:  # the generation is complete already: a failure here is a warning, not a failed generation
+        for name in storage.drop_optimizer_states(run, run.config().storage.optimizer_snapshots):
+            get_run_logger().debug("dropped optimizer state %s", name)
+    except OSError as exc:
+        get_run_logger().warning("could not drop old optimizer states (%s); the next generation retries", exc)
     line = summary.one_line(generation, record)
     print(line, flush=True)  # the CLI's live line; the UI gets it from the run logger
     get_run_logger().info(line)

@@ -101,8 +101,7 @@ def run_stage(run: RunDir, generation: int, name: str) -> dict:
     started = time.perf_counter()
     cached = is_done(run, generation, stage)
     if not cached:
-        if {"backend", "trainer"} & set(stage.needs) or "members_dir" in stage.inputs:
-            storage.require_snapshot(run, generation, f"stage {name!r} of generation {generation}")
+        require_weights(run, generation, stage, f"stage {name!r} of generation {generation}")
         kwargs = {i: resolve_input(run, generation, i) for i in stage.inputs}
         kwargs |= {n: _heavy(run, generation, n) for n in stage.needs}
         result = stage.fn(**kwargs, config=run.config(), generation=generation)
@@ -191,6 +190,7 @@ def recompute(run: RunDir, generation: int, name: str) -> str:
     after). Records the new digest in ``_SUCCESS``; returns one line saying whether the
     content equals what ``_SUCCESS`` had recorded."""
     stage = table.stage_of(name)
+    require_weights(run, generation, stage, f"--recompute {run.gen(generation).name}/{name}")
     recorded = run.success(generation).get("artifacts", {}).get(name, {}).get("sha256")
     scratch = run.root / f".recompute{storage.TMP_MARK}{generation}-{name}"
     shutil.rmtree(scratch, ignore_errors=True)
@@ -211,6 +211,17 @@ def recompute(run: RunDir, generation: int, name: str) -> str:
     same = storage.file_digest(path)["sha256"] == recorded
     verdict = "identical to the content _SUCCESS recorded" if same else "differs from the sha256 _SUCCESS recorded"
     return f"recomputed {run.gen(generation).name}/{name}.parquet (stage {stage.name}): {verdict}"
+
+
+def require_weights(run: RunDir, generation: int, stage: table.Stage, purpose: str) -> None:
+    """Raises PrunedSnapshot when ``stage`` of ``generation`` needs adapter weights that
+    `populora prune` removed: snapshot ``generation`` (a backend, the trainer, the members'
+    directory) or the ``updated/`` directory it reads (pruned with the next snapshot)."""
+    if {"backend", "trainer"} & set(stage.needs) or "members_dir" in stage.inputs:
+        storage.require_snapshot(run, generation, purpose)
+    if "updated_dir" in stage.inputs and not run.updated(generation).is_dir():
+        storage.require_snapshot(run, generation + 1, purpose)
+        raise storage.PrunedSnapshot(f"{purpose} needs {run.updated(generation)}, which is missing")
 
 
 def damaged_complete(run: RunDir) -> dict[str, str]:
