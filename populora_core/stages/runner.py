@@ -216,10 +216,11 @@ def recompute(run: RunDir, generation: int, name: str) -> str:
 def require_weights(run: RunDir, generation: int, stage: table.Stage, purpose: str) -> None:
     """Raises PrunedSnapshot when ``stage`` of ``generation`` needs adapter weights that
     `populora prune` removed: snapshot ``generation`` (a backend, the trainer, the members'
-    directory) or the ``updated/`` directory it reads (pruned with the next snapshot)."""
+    directory) or the ``updated/`` directory it reads and does not write itself (pruned with
+    the next snapshot; the update stage writes it)."""
     if {"backend", "trainer"} & set(stage.needs) or "members_dir" in stage.inputs:
         storage.require_snapshot(run, generation, purpose)
-    if "updated_dir" in stage.inputs and not run.updated(generation).is_dir():
+    if "updated_dir" in stage.inputs and "updated_dir" not in stage.dirs and not run.updated(generation).is_dir():
         storage.require_snapshot(run, generation + 1, purpose)
         raise storage.PrunedSnapshot(f"{purpose} needs {run.updated(generation)}, which is missing")
 

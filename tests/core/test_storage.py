@@ -167,3 +167,18 @@ def test_an_old_success_without_digests_checks_footers_only(run):
     assert damaged(run, 1) == {}
     (run.gen(1) / "pairings.parquet").write_bytes(b"garbage")
     assert "pairings" in damaged(run, 1)
+
+
+def test_only_pruned_weights_stop_a_stage(run):
+    from populora_core.stages.runner import require_weights
+    from populora_core.stages.table import get_stage
+
+    for name in ("pair", "propose", "update"):  # the update writes updated/ itself
+        require_weights(run, 3, get_stage(name), "x")
+    require_weights(run, 2, get_stage("evolve"), "x")
+    prune(run, keep_last=1, keep_every=0)
+    with pytest.raises(PrunedSnapshot, match="gen_0001"):
+        require_weights(run, 1, get_stage("update"), "x")
+    with pytest.raises(PrunedSnapshot, match="gen_0002"):
+        require_weights(run, 1, get_stage("evolve"), "x")  # its updated/ went with snapshot 2
+    require_weights(run, 1, get_stage("pair"), "x")
