@@ -18,7 +18,7 @@ from pathlib import Path
 from populora_core.config import ConfigError, load_config
 from populora_core.runs import RunDir, build_run, check_run_id
 from populora_core.stages import runner, table
-from populora_core.storage import PrunedSnapshot, link_tree, optimizer_dropped, require_snapshot
+from populora_core.storage import link_tree, optimizer_dropped
 
 
 def prepare_replay(
@@ -73,16 +73,13 @@ def prepare_replay(
 
 
 def require_weights(source: RunDir, generation: int, stages: list[table.Stage]) -> None:
-    """Raises PrunedSnapshot when the stages to recompute need adapter weights that
-    `populora prune` removed: snapshot ``generation`` (generating, updating) or its
-    ``updated/`` directory (evolving; pruned with the next snapshot)."""
-    purpose = f"replaying generation {generation} from {stages[0].name!r}"
-    if any(s.needs or "members_dir" in s.inputs for s in stages):
-        require_snapshot(source, generation, purpose)
-    readers = [s for s in stages if "updated_dir" in s.inputs]
-    if readers and "updated_dir" not in readers[0].dirs and not source.updated(generation).is_dir():
-        require_snapshot(source, generation + 1, purpose)  # pruned with the next snapshot
-        raise PrunedSnapshot(f"{purpose} needs {source.updated(generation)}, which is missing")
+    """Raises PrunedSnapshot when the stages to recompute need adapter weights of ``source``
+    that `populora prune` removed (``runner.require_weights`` per stage, up to the stage that
+    writes ``updated/`` itself: later ones read the replay's own)."""
+    for stage in stages:
+        runner.require_weights(source, generation, stage, f"replaying generation {generation} from {stages[0].name!r}")
+        if "updated_dir" in stage.dirs:
+            break
 
 
 def replay_warnings(source: RunDir, generation: int, from_stage: str) -> list[str]:

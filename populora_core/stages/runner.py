@@ -94,6 +94,17 @@ def remove_damaged(run: RunDir, generation: int) -> list[str]:
     return lines
 
 
+def _compute(run: RunDir, generation: int, stage: table.Stage, dirs: dict[str, Path] | None = None) -> tuple:
+    """The stage's output frames, from its inputs (``dirs``: other paths for its directories)."""
+    kwargs = {i: (dirs or {}).get(i) or resolve_input(run, generation, i) for i in stage.inputs}
+    kwargs |= {n: _heavy(run, generation, n) for n in stage.needs}
+    result = stage.fn(**kwargs, config=run.config(), generation=generation)
+    frames = (result,) if len(stage.outputs) == 1 else tuple(result)
+    if len(frames) != len(stage.outputs):
+        raise TypeError(f"stage {stage.name!r} returned {len(frames)} frames for outputs {stage.outputs}")
+    return frames
+
+
 def run_stage(run: RunDir, generation: int, name: str) -> dict:
     """Computes stage ``name`` of ``generation`` unless its last artifact exists; returns
     its record: stage, generation, cached, seconds, and each output's path and rows."""
@@ -102,13 +113,7 @@ def run_stage(run: RunDir, generation: int, name: str) -> dict:
     cached = is_done(run, generation, stage)
     if not cached:
         require_weights(run, generation, stage, f"stage {name!r} of generation {generation}")
-        kwargs = {i: resolve_input(run, generation, i) for i in stage.inputs}
-        kwargs |= {n: _heavy(run, generation, n) for n in stage.needs}
-        result = stage.fn(**kwargs, config=run.config(), generation=generation)
-        frames = (result,) if len(stage.outputs) == 1 else tuple(result)
-        if len(frames) != len(stage.outputs):
-            raise TypeError(f"stage {name!r} returned {len(frames)} frames for outputs {stage.outputs}")
-        for output, frame in zip(stage.outputs, frames, strict=True):
+        for output, frame in zip(stage.outputs, _compute(run, generation, stage), strict=True):
             run.write(generation, output, frame)
         run.log_stage(generation, name, time.perf_counter() - started)
     return {
@@ -195,15 +200,10 @@ def recompute(run: RunDir, generation: int, name: str) -> str:
     scratch = run.root / f".recompute{storage.TMP_MARK}{generation}-{name}"
     shutil.rmtree(scratch, ignore_errors=True)
     try:
-        kwargs = {i: resolve_input(run, generation, i) for i in stage.inputs if i not in stage.dirs}
         for d in stage.dirs:  # a copy made of links: the stage reads what is done there, writes elsewhere
-            source = resolve_input(run, generation, d)
-            kwargs[d] = scratch / d
-            if Path(source).is_dir():
+            if Path(source := resolve_input(run, generation, d)).is_dir():
                 storage.link_tree(source, scratch / d)
-        kwargs |= {n: _heavy(run, generation, n) for n in stage.needs}
-        result = stage.fn(**kwargs, config=run.config(), generation=generation)
-        frames = (result,) if len(stage.outputs) == 1 else tuple(result)
+        frames = _compute(run, generation, stage, {d: scratch / d for d in stage.dirs})
         path = run.write(generation, name, frames[stage.outputs.index(name)])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
