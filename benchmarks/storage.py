@@ -2,7 +2,7 @@
 adapters and kept optimizer state in the newest snapshot only, and the projection for
 paper-7b's shapes.
 
-    python benchmarks/storage.py [--quick] [--before REV | --before-run DIR] [--generations N]
+    python benchmarks/storage.py [--quick] [--before REV | --before-run DIR] [--generations N] [--keep DIR]
 
 1. Measured: `populora train --preset P --generations N` (cpu-small; --quick: cpu-tiny) from
    this checkout, and the same command from a git worktree of ``--before`` (or an existing run
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -98,6 +99,10 @@ def measured(args: argparse.Namespace, scratch: Path) -> dict:
     now, n_now = per_generation(now_run)
     before, n_before = per_generation(before_run)
     written = [json.loads(p.read_text())["bytes_written"] for p in sorted(now_run.glob("gen_*/_SUCCESS"))]
+    log(f"  bytes per generation: now {now / 1e6:.1f} MB, before {before / 1e6:.1f} MB, ratio {now / before:.3f}")
+    if args.keep:
+        shutil.move(now_run, args.keep)
+        log(f"  kept this code's run in {args.keep}")
     return {
         "preset": preset,
         "generations": [n_now, n_before],
@@ -195,6 +200,7 @@ def main() -> None:
         "--before-run", help="an existing run directory the old code made (same preset and generations)"
     )
     parser.add_argument("--skip-measured", action="store_true", help="the projection only")
+    parser.add_argument("--keep", help="move this code's measured run here (e.g. a source for cluster_scaling.py)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="populora-storage-") as tmp:
         figures = {} if args.skip_measured else measured(args, Path(tmp))

@@ -47,6 +47,19 @@ def _add_set(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_cluster(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cluster",
+        choices=["local", "ray"],
+        help="where the heavy stages run: this process (local) or a Ray cluster (the config's `cluster.engine`)",
+    )
+    p.add_argument(
+        "--address",
+        help="Ray cluster to join (`auto`, `ray://host:10001`, `host:6379`; default: a private Ray on this "
+        "machine); implies --cluster ray",
+    )
+
+
 def _add_run_parsers(sub) -> None:
     """train, resume, replay."""
     from populora_core.stages.table import stage_names
@@ -60,6 +73,7 @@ def _add_run_parsers(sub) -> None:
     _add_set(train)
     train.add_argument("--generations", type=int, help="total generations (default: the config's `generations`)")
     train.add_argument("--run-id", help="name of the run directory (default <preset>-<time>-<random>)")
+    _add_cluster(train)
     _add_run_options(train)
     train.set_defaults(func=commands.cmd_train)
 
@@ -78,6 +92,7 @@ def _add_run_parsers(sub) -> None:
         help="recompute this artifact of a complete generation in place first (e.g. gen_0001/verdicts, as "
         "`populora status` names a damaged one); repeatable",
     )
+    _add_cluster(resume)
     _add_run_options(resume)
     resume.set_defaults(func=commands.cmd_resume)
 

@@ -7,6 +7,7 @@ prints one line and exits with status 2; see ``flows.cli`` for the parser.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 
@@ -86,6 +87,15 @@ def _run_training(console, run, generations: int | None, command: str, recompute
     return 0
 
 
+def _cluster_overrides(args: argparse.Namespace) -> list[str]:
+    """``--cluster`` / ``--address`` as config overrides (an address implies the Ray engine)."""
+    engine = args.cluster or ("ray" if args.address else None)
+    sets = [f"cluster.engine={engine}"] if engine else []
+    if args.address is not None or engine == "local":
+        sets.append(f"cluster.address={json.dumps(args.address or '')}")  # quoted: YAML would read host:port
+    return sets
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -96,6 +106,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     preset = args.preset if args.preset or args.config else DEFAULT_PRESET
     try:
         overrides = [*args.set, *([f"generations={args.generations}"] if args.generations else [])]
+        overrides += _cluster_overrides(args)
         config = load_config(args.config, preset=preset, overrides=overrides)
         run = create_run(_runs_dir(args), config, run_id=args.run_id, preset=preset)
     except _user_errors() as exc:
@@ -106,12 +117,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from populora_core.config import load_config
     from populora_core.runs import open_run
     from populora_core.stages.runner import check_intact
 
     console = Console()
     try:
         run = open_run(args.run, _runs_dir(args))
+        if _cluster_overrides(args):  # placement only: the run's results do not depend on it
+            run.set_cluster(load_config(run.config_file, overrides=_cluster_overrides(args)).cluster)
         run.config()
         check_intact(run, args.recompute)  # here too: in the flow it would come with Prefect's traceback
     except _user_errors() as exc:

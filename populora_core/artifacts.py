@@ -127,6 +127,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("grad_norm", _F64),
             ("tokens", _F64),
             ("seconds", _F64),
+            ("node", _STR),
         ]
     ),
     "matches": pa.schema(

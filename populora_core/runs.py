@@ -49,7 +49,7 @@ from populora_core.artifacts import (
     write_dir_atomic,
     write_text_atomic,
 )
-from populora_core.config import ConfigError, RunConfig, config_to_yaml, load_config
+from populora_core.config import ClusterConfig, ConfigError, RunConfig, config_to_yaml, load_config
 from populora_core.population.adapters import (
     POPULATION_TABLE,
     Member,
@@ -182,6 +182,12 @@ class RunDir:
     def config(self) -> RunConfig:
         """The run's configuration (parsed once per process while config.yaml is unchanged)."""
         return _parse_config(str(self.config_file), self.config_file.stat().st_mtime_ns)
+
+    def set_cluster(self, cluster: ClusterConfig) -> None:
+        """Where the run's next stages execute (``cluster:`` of config.yaml, rewritten in place).
+        Placement only: a generation on the cluster writes what it writes locally."""
+        config = self.config().model_copy(update={"cluster": cluster})
+        write_text_atomic(config_to_yaml(config), self.config_file)
 
     # artifacts and snapshots -------------------------------------------------------
     def read(self, generation: int, name: str) -> pd.DataFrame:

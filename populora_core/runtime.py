@@ -14,15 +14,20 @@ import atexit
 import hashlib
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import torch
+from tqdm.auto import tqdm
 
 from populora_core.config import PopulationConfig, RunConfig
 from populora_core.models import resolve_dtype
 from populora_core.population.lora import LoraAdapter
 from populora_core.training.trainer import Rollout, extract_adapter, update_adapter
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Trainer:
@@ -83,6 +88,11 @@ class Trainer:
         _return_freed_memory()
         return adapter, metrics, state
 
+    def map(self, fn: Callable[[Trainer, T], R], jobs: Sequence[T], *, desc: str | None = None) -> list[R]:
+        """``[fn(self, job) for job in jobs]`` with a progress bar: independent updates, one after
+        another (``cluster.RayTrainer.map`` runs them as one Ray task each)."""
+        return [fn(self, job) for job in tqdm(jobs, desc=desc, unit="adapter", leave=False, disable=desc is None)]
+
 
 def _return_freed_memory() -> None:
     """Hands the update's freed activations back to the OS. glibc keeps them otherwise:
@@ -116,7 +126,11 @@ class Runtime:
     def backend(self):
         if self._backend is None:
             inf = self.config.inference
-            if inf.backend == "vllm":
+            if self.config.cluster.engine == "ray":
+                from populora_core.cluster import RayBackend
+
+                self._backend = RayBackend(self.config, self.model_path)
+            elif inf.backend == "vllm":
                 from transformers import AutoTokenizer
 
                 from populora_core.inference.vllm import VLLMBackend
@@ -143,6 +157,10 @@ class Runtime:
 
     @property
     def trainer(self) -> Trainer:
+        if self._trainer is None and self.config.cluster.engine == "ray":
+            from populora_core.cluster import RayTrainer
+
+            self._trainer = RayTrainer(self.config, self.model_path)
         if self._trainer is None:
             from populora_core.models import load_model
 
@@ -154,9 +172,14 @@ class Runtime:
     @property
     def pool(self):
         if self._pool is None:
-            from populora_core.sandbox import SandboxPool
+            if self.config.cluster.engine == "ray":
+                from populora_core.cluster import RaySandboxPool
 
-            pool = SandboxPool(self.config.sandbox)
+                pool = RaySandboxPool(self.config)
+            else:
+                from populora_core.sandbox import SandboxPool
+
+                pool = SandboxPool(self.config.sandbox)
             pool.start()
             self._pool = pool
         return self._pool
@@ -169,6 +192,9 @@ class Runtime:
         stacked LoRA buffers exactly as the uninterrupted one did: same sums, same
         samples)."""
         backend = self.backend
+        if hasattr(backend, "serve"):  # cluster.RayBackend: each actor loads what changed
+            backend.serve(adapters)
+            return
         if set(adapters) != set(self._served):
             for adapter_id in list(self._served):
                 backend.remove_adapter(adapter_id)
@@ -214,6 +240,7 @@ def get_runtime(config: RunConfig, model_path: Path) -> Runtime:
             config.inference.model_dump(mode="json"),
             config.sandbox.model_dump(mode="json"),
             config.population.model_dump(mode="json"),
+            config.cluster.model_dump(mode="json"),
         ],
         sort_keys=True,
     )

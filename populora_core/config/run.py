@@ -124,6 +124,46 @@ class TrackingConfig(_Frozen):
     """MLflow experiment the run is logged under (created if missing)."""
 
 
+class ResourceSpec(_Frozen):
+    """What one unit of a stage's work holds on a Ray node (Ray's own resource names)."""
+
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+    resources: dict[str, float] = Field(default_factory=dict)
+    """Custom Ray resources (e.g. `{sandbox: 1}` for nodes started with `--resources`)."""
+
+    def ray_options(self) -> dict:
+        """As keyword arguments of Ray's ``.options()``."""
+        return {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "resources": dict(self.resources)}
+
+
+class ClusterConfig(_Frozen):
+    """Where a generation's work runs (populora_core/cluster.py). `local`: this process and
+    its sandbox workers, as always. `ray`: the driver (the Prefect flow) runs the stages in
+    order and the cheap ones itself (pair, reward, rate, evolve, measure); the heavy ones
+    spread over a Ray cluster: propose and solve over one long-lived inference actor per
+    node (`generation`), validate and verify over one sandbox-pool actor per node
+    (`sandbox`), update as one Ray task per adapter (`update`). Every node must see the
+    run directory at the same path (a shared filesystem)."""
+
+    engine: Literal["local", "ray"] = "local"
+    address: str = ""
+    """Ray cluster to join: `auto` (a cluster started on this machine with `ray start`),
+    `ray://host:10001` (Ray Client), `host:6379`; empty: start a private Ray on this machine
+    for the process's lifetime (dashboard off)."""
+    generation: ResourceSpec = ResourceSpec(num_cpus=0)
+    """One inference actor per node (propose, solve). CPUs 0 by default: the actor sleeps while
+    the other stages run, and holding a CPU would starve the update tasks on small nodes."""
+    sandbox: ResourceSpec = ResourceSpec(num_cpus=0)
+    """One sandbox-pool actor per node (validate, verify), `sandbox.workers` workers each."""
+    update: ResourceSpec = ResourceSpec()
+    """One Ray task per adapter update (the adapters' updates are independent)."""
+    nodes: int = Field(0, ge=0)
+    """Use at most this many nodes for the actors (0: every alive node with CPUs)."""
+    max_retries: int = Field(3, ge=0)
+    """Times Ray re-runs an update task or restarts an actor whose process or node died."""
+
+
 class RunConfig(_Frozen):
     """A whole run; each field is one component's settings."""
 
@@ -145,6 +185,7 @@ class RunConfig(_Frozen):
     baseline: BaselineConfig = BaselineConfig()
     storage: StorageConfig = StorageConfig()
     tracking: TrackingConfig = TrackingConfig()
+    cluster: ClusterConfig = ClusterConfig()
 
     @property
     def _total_matched(self) -> bool:

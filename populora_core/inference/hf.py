@@ -54,6 +54,26 @@ def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) 
     return int(torch.multinomial(torch.softmax(scores, -1), 1, generator=gen))
 
 
+Row = tuple[int, int]
+"""(request index, sample index)."""
+
+
+def plan_batches(
+    requests: Sequence[GenerationRequest], prompts: Sequence[list[int]], batch_size: int
+) -> list[list[Row]]:
+    """The batches ``generate`` runs, in order: every sample's row, sorted by prompt length
+    (less padding), cut into ``batch_size`` pieces. A batch's completions depend only on the
+    batch, so whoever computes each batch (``cluster.RayBackend``) gets the same samples."""
+    rows = [(i, j) for i, r in enumerate(requests) for j in range(r.n)]
+    rows.sort(key=lambda ij: len(prompts[ij[0]]))
+    return [rows[start : start + batch_size] for start in range(0, len(rows), batch_size)]
+
+
+def gather(requests: Sequence[GenerationRequest], out: dict[Row, Completion]) -> list[list[Completion]]:
+    """Completions per request, in request order."""
+    return [[out[(i, j)] for j in range(r.n)] for i, r in enumerate(requests)]
+
+
 class HFBackend:
     """Generation with transformers + peft on this process's device."""
 
@@ -109,19 +129,20 @@ class HFBackend:
     ) -> list[list[Completion]]:
         check_loaded(requests, self.adapters)
         prompts = [self.encode(r) for r in requests]
-        rows = [(i, j) for i, r in enumerate(requests) for j in range(r.n)]
-        rows.sort(key=lambda ij: len(prompts[ij[0]]))
+        batches = plan_batches(requests, prompts, self.batch_size)
         out: dict[tuple[int, int], Completion] = {}
-        with tqdm(total=len(rows), desc=progress, unit="sample", disable=progress is None, leave=False) as bar:
-            for start in range(0, len(rows), self.batch_size):
-                batch = rows[start : start + self.batch_size]
-                for key, completion in zip(batch, self._generate_batch(batch, requests, prompts, params), strict=True):
+        with tqdm(
+            total=sum(map(len, batches)), desc=progress, unit="sample", disable=progress is None, leave=False
+        ) as bar:
+            for batch in batches:
+                for key, completion in zip(batch, self.generate_batch(batch, requests, prompts, params), strict=True):
                     out[key] = completion
                 bar.update(len(batch))
-        return [[out[(i, j)] for j in range(r.n)] for i, r in enumerate(requests)]
+        return gather(requests, out)
 
     @torch.no_grad()
-    def _generate_batch(self, rows, requests, prompts, params: SamplingParams) -> list[Completion]:
+    def generate_batch(self, rows, requests, prompts, params: SamplingParams) -> list[Completion]:
+        """Completions of one batch of ``plan_batches``: rows are (request index, sample index)."""
         dtype = next(self.base.parameters()).dtype
         ids, mask = self._left_padded([prompts[i] for i, _ in rows])
         gens = [torch.Generator().manual_seed((requests[i].seed * 1_000_003 + j) % 2**63) for i, j in rows]

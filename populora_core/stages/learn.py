@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from populora_core.artifacts import columns, write_dir_atomic, write_text_atomic
-from populora_core.config import RunConfig
+from populora_core.config import GRPOConfig, RunConfig
 from populora_core.population.adapters import (
     Member,
     conservative,
@@ -141,6 +141,37 @@ def skip_reason(batch: Sequence[Rollout], rewards: pd.Series) -> str:
     return "advantages all 0"
 
 
+@dataclass(frozen=True)
+class UpdateJob:
+    """One adapter's GRPO update, as plain data (a Ray task receives it whole)."""
+
+    source: Path
+    """The member's snapshot directory (factors and optimizer state)."""
+    target: Path
+    """Where the updated adapter goes (``updated/<id>``)."""
+    batch: tuple[Rollout, ...]
+    grpo: GRPOConfig
+    seed: int
+    """Shuffles the rollouts into minibatches."""
+    row: dict
+    """The train_metrics row, filled in by ``train_one``."""
+    base_model: str
+
+
+def train_one(trainer: Trainer, job: UpdateJob) -> dict:
+    """Trains one adapter with ``trainer`` and writes ``job.target``; returns its train_metrics
+    row, with the node that trained it (``cluster.node_name``)."""
+    from populora_core.cluster import node_name
+
+    before, state = load_adapter(job.source), load_optimizer_state(job.source)
+    adapter, metrics, state = trainer.update(before, list(job.batch), job.grpo, state, seed=job.seed)
+    row = dict(
+        job.row, updated=True, delta_change=delta_change(before, adapter), node=node_name(), **_train_columns(metrics)
+    )
+    save_updated(job.target, adapter, state, row, job.base_model)
+    return row
+
+
 def update(
     *,
     members: Sequence[Member],
@@ -158,29 +189,30 @@ def update(
     generator seeded from (run seed, generation, adapter)); the result (adapter +
     optimizer state) goes to ``updated_dir/<id>``. An adapter already there (a resumed
     stage) is not trained again; one whose advantages are all zero is copied unchanged,
-    and ``skip_reason`` says why."""
-    rows = []
-    for m in tqdm(members, desc="update", unit="adapter", leave=False):
+    and ``skip_reason`` says why. The updates are independent: ``trainer.map`` runs them
+    one after another here, or as one Ray task each (``cluster.RayTrainer``)."""
+    rows: dict[str, dict] = {}
+    jobs = []
+    for m in members:
         target = Path(updated_dir) / m.adapter_id
         done = target / "metrics.json"
         if done.is_file():
-            rows.append(json.loads(done.read_text()))
+            rows[m.adapter_id] = json.loads(done.read_text())
             continue
         source = Path(members_dir) / m.adapter_id
         batch = training_batch(m.adapter_id, rewards, proposals, rollouts)
         reason = skip_reason(batch, rewards.loc[rewards["adapter_id"] == m.adapter_id, "reward"])
         row = dict.fromkeys(("loss", "clip_frac", "kl", "grad_norm", "tokens", "seconds", "delta_change"), 0.0)
-        row.update(adapter_id=m.adapter_id, samples=len(batch), updated=False, skip_reason=reason, steps=0)
+        row.update(adapter_id=m.adapter_id, samples=len(batch), updated=False, skip_reason=reason, steps=0, node="")
         if reason:  # unchanged: the snapshot's files, linked (storage.link_dir_atomic), not copied
             link_dir_atomic(source, target, extra={"metrics.json": json.dumps(row)})
-        else:
-            seed = derive_seed(config.seed, generation, m.adapter_id, "minibatches")
-            before, state = load_adapter(source), load_optimizer_state(source)
-            adapter, metrics, state = trainer.update(before, batch, config.update_grpo, state, seed=seed)
-            row.update(updated=True, delta_change=delta_change(before, adapter), **_train_columns(metrics))
-            save_updated(target, adapter, state, row, base_model)
-        rows.append(row)
-    return pd.DataFrame(rows, columns=columns("train_metrics"))
+            rows[m.adapter_id] = row
+            continue
+        seed = derive_seed(config.seed, generation, m.adapter_id, "minibatches")
+        jobs.append(UpdateJob(source, target, tuple(batch), config.update_grpo, seed, row, base_model))
+    for job, row in zip(jobs, trainer.map(train_one, jobs, desc="update"), strict=True):
+        rows[job.row["adapter_id"]] = row
+    return pd.DataFrame([rows[m.adapter_id] for m in members], columns=columns("train_metrics"))
 
 
 def _train_columns(metrics: dict[str, float]) -> dict:

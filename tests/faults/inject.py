@@ -71,3 +71,48 @@ def fault_env(env: dict[str, str], fault: str, once: Path | None = None) -> dict
         "POPULORA_FAULT": fault,
         **({"POPULORA_FAULT_ONCE": str(once)} if once else {}),
     }
+
+
+def _fire(arm: Path) -> bool:
+    """Takes the armed fault ``arm`` (one process in the whole cluster wins the rename)."""
+    try:
+        os.rename(arm, arm.with_name(arm.name + ".fired"))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def install_worker_faults(directory: str) -> None:
+    """Faults of Ray workers (``POPULORA_WORKER_FAULTS=<dir>`` in the nodes' environment), armed
+    by a test writing a file into ``dir``; each fires once, in whichever worker gets there first:
+
+    - ``update``: the worker dies while writing the adapter it has just trained;
+    - ``verify`` (holding a run directory): a sandbox actor dies on a batch of jobs once that
+      run's ``gen_0000/rollouts.parquet`` exists (the verify stage, not validate).
+    """
+    from populora_core.sandbox import SandboxPool
+    from populora_core.stages import learn
+
+    armed = Path(directory)
+    save_updated, run = learn.save_updated, SandboxPool.run
+
+    def dying_save(*args, **kwargs):
+        if (armed / "update").exists() and _fire(armed / "update"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return save_updated(*args, **kwargs)
+
+    def dying_run(self, jobs):
+        arm = armed / "verify"
+        if arm.exists() and (Path(arm.read_text()) / "gen_0000" / "rollouts.parquet").exists() and _fire(arm):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return run(self, jobs)
+
+    learn.save_updated = dying_save
+    SandboxPool.run = dying_run
+
+
+def worker_fault_env(directory: Path) -> dict[str, str]:
+    """Environment entries for Ray nodes whose workers take the faults armed in ``directory``."""
+    here, repo = Path(__file__).resolve().parent, Path(__file__).resolve().parents[2]
+    paths = [str(here), str(repo), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {"PYTHONPATH": os.pathsep.join(paths), "POPULORA_WORKER_FAULTS": str(directory)}

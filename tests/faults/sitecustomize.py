@@ -4,12 +4,14 @@ directory on PYTHONPATH (``tests.faults.inject.fault_env``); production code kno
 ``POPULORA_FAULT=<stage>@<generation>`` makes the process SIGKILL itself while
 writing that stage's first artifact (half a temp file left on disk). With
 ``POPULORA_FAULT_ONCE=<file>`` it fires only while the file does not exist (it is
-created first), so a retried flow run gets through.
+created first), so a retried flow run gets through. ``POPULORA_WORKER_FAULTS=<dir>`` (in a
+Ray node's environment) arms the workers' faults of ``inject.install_worker_faults``.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 if os.environ.get("POPULORA_FAULT"):
     try:
@@ -18,4 +20,13 @@ if os.environ.get("POPULORA_FAULT"):
         install(os.environ["POPULORA_FAULT"], os.environ.get("POPULORA_FAULT_ONCE"))
     except BaseException as exc:  # noqa: BLE001 - site.py would swallow it; the test would fail obscurely
         print(f"tests/faults: could not install the fault hook: {exc!r}", flush=True)
+        os._exit(97)
+
+if os.environ.get("POPULORA_WORKER_FAULTS") and sys.argv and sys.argv[0].endswith("default_worker.py"):
+    try:
+        from tests.faults.inject import install_worker_faults
+
+        install_worker_faults(os.environ["POPULORA_WORKER_FAULTS"])
+    except BaseException as exc:  # noqa: BLE001 - as above
+        print(f"tests/faults: could not install the worker fault hooks: {exc!r}", flush=True)
         os._exit(97)

@@ -1,0 +1,122 @@
+"""Generations on a real two-node Ray cluster on this machine (``ray.cluster_utils.Cluster``,
+one CPU per node), driven by the real CLI and a real Prefect server: the artifacts and
+adapters equal the local engine's, both nodes work, a worker killed during update or verify
+costs only its own work, and nothing is left running."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.faults.inject import worker_fault_env
+from tests.flows.conftest import populora, prefect_runs, still_running
+
+TIMING = ["run_id", "seconds", "node"]
+"""Columns that differ between any two runs (ids, wall-clock) or name where the work ran."""
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("worker-faults")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(faults):
+    """Two Ray nodes (head + one), one CPU each; their workers take the faults armed in ``faults``."""
+    from ray.cluster_utils import Cluster
+
+    saved = dict(os.environ)
+    os.environ.update(worker_fault_env(faults), HF_HUB_OFFLINE="1")
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    yield cluster
+    cluster.shutdown()
+
+
+def _ours() -> list[str]:
+    """Our Ray actors still alive, and orphaned sandbox processes (bubblewrap or its worker,
+    reparented to init: whoever started them is gone)."""
+    out = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True, check=True).stdout
+    left = []
+    for line in out.splitlines()[1:]:
+        _, ppid, args = line.split(None, 2)
+        if (
+            "ray::_InferenceActor" in args
+            or "ray::_SandboxActor" in args
+            or (ppid == "1" and ("bwrap" in args or "sandbox" in args))
+        ):
+            left.append(line)
+    return left
+
+
+def _assert_same_generation(run, reference) -> None:
+    """Every artifact of generation 0 and every adapter written by it equal the reference's."""
+    from populora_core.artifacts import read_artifact
+
+    names = sorted(p.stem for p in reference.gen(0).glob("*.parquet"))
+    assert len(names) >= 12, names
+    for name in names:
+        ours, theirs = read_artifact(run.gen(0), name), read_artifact(reference.gen(0), name)
+        keep = [c for c in theirs.columns if c not in TIMING]
+        pd.testing.assert_frame_equal(ours[keep], theirs[keep], obj=name)
+    adapters = [*reference.updated(0).rglob("*.safetensors"), *reference.members_dir(1).rglob("*.safetensors")]
+    assert len(adapters) == 8, adapters
+    for path in adapters:
+        assert (run.root / path.relative_to(reference.root)).read_bytes() == path.read_bytes(), path
+
+
+def _wait_until_gone(deadline_s: float = 30) -> list[str]:
+    end = time.monotonic() + deadline_s
+    while (left := _ours()) and time.monotonic() < end:
+        time.sleep(0.5)
+    return left
+
+
+def test_a_generation_on_two_nodes_equals_the_local_run(ray_cluster, reference_run, prefect_server, tmp_path):
+    from populora_core.runs import RunDir
+
+    args = ["train", "--preset", "cpu-tiny", "--generations", "1", "--run-id", "on-ray"]
+    result = populora([*args, "--runs-dir", str(tmp_path), "--address", ray_cluster.address], prefect_server)
+    assert result.returncode == 0, result.stdout[-4000:]
+    run = RunDir(tmp_path / "on-ray")
+    assert run.config().cluster.engine == "ray"
+    _assert_same_generation(run, reference_run)
+
+    metrics = run.read(0, "train_metrics")
+    trained = metrics.loc[metrics["updated"], "node"]
+    assert len(trained) >= 2 and trained.nunique() == 2, metrics[["adapter_id", "updated", "node"]]
+    assert set(metrics.loc[~metrics["updated"], "node"]) <= {""}  # linked, trained nowhere
+
+    flows, tasks, names = prefect_runs(prefect_server, "on-ray")
+    assert names == {"on-ray": "populora-train", "on-ray/gen_0000": "populora-generation"}
+    stages = {t.name.split("-gen")[0] for t in tasks if t.name.endswith("-gen0")}
+    assert {"pair", "propose", "validate", "solve", "verify", "reward", "update", "rate", "evolve", "measure"} <= stages
+    assert not still_running(flows, tasks)
+    assert not _wait_until_gone(), _ours()
+
+
+def test_a_worker_killed_during_update_or_verify_costs_only_its_work(
+    ray_cluster, faults, reference_run, prefect_server, tmp_path
+):
+    from populora_core.runs import RunDir
+
+    out = tmp_path / "killed"
+    (faults / "update").write_text("")
+    (faults / "verify").write_text(str(out))
+    args = ["train", "--preset", "cpu-tiny", "--generations", "1", "--run-id", "killed", "--runs-dir", str(tmp_path)]
+    result = populora([*args, "--address", ray_cluster.address], prefect_server)
+    assert result.returncode == 0, result.stdout[-4000:]
+    # each fault fired (its file renamed by the worker that then killed itself)
+    assert (faults / "update.fired").exists() and (faults / "verify.fired").exists(), sorted(faults.iterdir())
+    _assert_same_generation(RunDir(out), reference_run)
+    assert not _wait_until_gone(), _ours()
