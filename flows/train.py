@@ -18,7 +18,7 @@ from prefect.runtime import flow_run
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
 from flows.generation import generation_flow, lock_holder
-from populora_core.config import DEFAULT_PRESET, ConfigError, load_config
+from populora_core.config import DEFAULT_PRESET, ClusterConfig, ConfigError, load_config
 from populora_core.runs import RunDir, create_run, default_runs_dir, open_run
 from tasks.orphans import crash_orphans
 from tasks.stages import check_intact, recompute_artifact
@@ -50,6 +50,7 @@ def train_flow(
     generations: int | None = None,
     runs_dir: str | None = None,
     recompute: list[str] | None = None,
+    cluster: dict | None = None,
 ) -> dict:
     """Creates run ``run_id`` (or continues it if it exists) and runs it to ``generations``.
 
@@ -57,15 +58,21 @@ def train_flow(
     file applied on top; overrides: `key=value` settings applied last; run_id: the run's id
     under runs_dir, or an existing run's directory; generations: total generations of the
     run (default: the config's); recompute: artifacts of complete generations to recompute
-    in place first (`gen_0001/verdicts`: what `populora status` names as damaged).
+    in place first (`gen_0001/verdicts`: what `populora status` names as damaged); cluster:
+    where the heavy stages run, the config's `cluster:` (e.g. `{engine: ray, address: auto}`),
+    for a new run or from now on for an existing one.
     """
     root = Path(runs_dir) if runs_dir else default_runs_dir()
     if run_id and (RunDir(run_id).exists() or (root / run_id).exists()):
         run = open_run(run_id, root)
+        if cluster is not None:  # placement only: what a generation writes does not depend on it
+            run.set_cluster(ClusterConfig.model_validate(cluster))
     elif preset is None and config_path is None:  # the `resume` deployment: never a new run
         raise ConfigError(f"no run {run_id!r} to resume in {root}; give run_id (a run id or directory)")
     else:
         config = load_config(config_path, preset=preset, overrides=overrides or ())
+        if cluster is not None:
+            config = config.model_copy(update={"cluster": ClusterConfig.model_validate(cluster)})
         run = create_run(root, config, run_id=run_id, preset=preset)
         print(f"created run {run.root}")
     with run.lock(lock_holder()):

@@ -145,9 +145,6 @@ class RayBackend:
     def __init__(self, config: RunConfig, model_path: Path) -> None:
         from transformers import AutoTokenizer
 
-        if config.inference.backend != "hf":
-            # vLLM serves its own batches: an actor per node would wrap a VLLMBackend client
-            raise NotImplementedError("cluster.engine: ray drives inference.backend hf only for now")
         connect(config.cluster)
         self.config = config
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)

@@ -215,6 +215,15 @@ class RunConfig(_Frozen):
         return self.grpo.model_copy(update={"minibatches": steps})
 
     @model_validator(mode="after")
+    def _cluster_serves_the_backend(self) -> RunConfig:
+        if self.cluster.engine == "ray" and self.inference.backend == "vllm":
+            raise ValueError(
+                "cluster.engine: ray spreads generation over inference actors of the hf backend only; "
+                "set inference.backend: hf, or cluster.engine: local with inference.vllm_url for a vLLM server"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _every_adapter_can_learn(self) -> RunConfig:
         proposals = self.play_budget.proposals_per_teacher * self.population.teachers
         if proposals < 2:

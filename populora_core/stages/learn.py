@@ -7,6 +7,7 @@ ratings from the matches.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import torch
 
-from populora_core.artifacts import columns, write_dir_atomic, write_text_atomic
+from populora_core.artifacts import TMP_MARK, columns, write_dir_atomic, write_text_atomic
 from populora_core.config import GRPOConfig, RunConfig
 from populora_core.population.adapters import (
     Member,
@@ -163,6 +164,8 @@ def train_one(trainer: Trainer, job: UpdateJob) -> dict:
     row, with the node that trained it (``cluster.node_name``)."""
     from populora_core.cluster import node_name
 
+    for stale in Path(job.target).parent.glob(f".{Path(job.target).name}{TMP_MARK}*"):
+        shutil.rmtree(stale, ignore_errors=True)  # a killed attempt of this update (a retried Ray task)
     before, state = load_adapter(job.source), load_optimizer_state(job.source)
     adapter, metrics, state = trainer.update(before, list(job.batch), job.grpo, state, seed=job.seed)
     row = dict(

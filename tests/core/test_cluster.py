@@ -74,3 +74,10 @@ def test_sandbox_actors_return_the_local_pools_results_in_order(private_ray):
         assert [r.value for r in again] == [str(i * 2) for i in range(150)]
     finally:
         pool.close()
+
+
+def test_ray_with_vllm_is_refused_naming_both_fields():
+    from populora_core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"cluster.engine: ray.*inference.backend: hf"):
+        load_config(preset="cpu-tiny", overrides=["cluster.engine=ray", "inference.backend=vllm"])

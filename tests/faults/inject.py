@@ -86,7 +86,8 @@ def install_worker_faults(directory: str) -> None:
     """Faults of Ray workers (``POPULORA_WORKER_FAULTS=<dir>`` in the nodes' environment), armed
     by a test writing a file into ``dir``; each fires once, in whichever worker gets there first:
 
-    - ``update``: the worker dies while writing the adapter it has just trained;
+    - ``update``: the worker dies half-way through writing the adapter it has just trained
+      (its weights in the temp directory, nothing else);
     - ``verify`` (holding a run directory): a sandbox actor dies on a batch of jobs once that
       run's ``gen_0000/rollouts.parquet`` exists (the verify stage, not validate).
     """
@@ -94,12 +95,13 @@ def install_worker_faults(directory: str) -> None:
     from populora_core.stages import learn
 
     armed = Path(directory)
-    save_updated, run = learn.save_updated, SandboxPool.run
+    save_adapter, run = learn.save_adapter, SandboxPool.run
 
     def dying_save(*args, **kwargs):
+        written = save_adapter(*args, **kwargs)
         if (armed / "update").exists() and _fire(armed / "update"):
             os.kill(os.getpid(), signal.SIGKILL)
-        return save_updated(*args, **kwargs)
+        return written
 
     def dying_run(self, jobs):
         arm = armed / "verify"
@@ -107,7 +109,7 @@ def install_worker_faults(directory: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         return run(self, jobs)
 
-    learn.save_updated = dying_save
+    learn.save_adapter = dying_save
     SandboxPool.run = dying_run
 
 

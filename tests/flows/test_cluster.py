@@ -119,4 +119,5 @@ def test_a_worker_killed_during_update_or_verify_costs_only_its_work(
     # each fault fired (its file renamed by the worker that then killed itself)
     assert (faults / "update.fired").exists() and (faults / "verify.fired").exists(), sorted(faults.iterdir())
     _assert_same_generation(RunDir(out), reference_run)
+    assert not [p for p in out.rglob("*") if ".tmp-" in p.name], "a killed attempt's temp files are left"
     assert not _wait_until_gone(), _ours()
