@@ -87,13 +87,23 @@ def _run_training(console, run, generations: int | None, command: str, recompute
     return 0
 
 
-def _cluster_overrides(args: argparse.Namespace) -> list[str]:
-    """``--cluster`` / ``--address`` as config overrides (an address implies the Ray engine)."""
+def _cluster_settings(args: argparse.Namespace) -> dict:
+    """``--cluster`` / ``--address`` as settings of the config's ``cluster:`` (an address implies
+    the Ray engine, the local engine clears it)."""
+    from populora_core.config import ConfigError
+
+    if args.cluster == "local" and args.address:
+        raise ConfigError("--address joins a Ray cluster; it contradicts --cluster local")
     engine = args.cluster or ("ray" if args.address else None)
-    sets = [f"cluster.engine={engine}"] if engine else []
+    settings = {"engine": engine} if engine else {}
     if args.address is not None or engine == "local":
-        sets.append(f"cluster.address={json.dumps(args.address or '')}")  # quoted: YAML would read host:port
-    return sets
+        settings["address"] = args.address or ""
+    return settings
+
+
+def _cluster_overrides(args: argparse.Namespace) -> list[str]:
+    """``_cluster_settings`` as `key=value` overrides (values quoted: YAML would read host:port)."""
+    return [f"cluster.{key}={json.dumps(value)}" for key, value in _cluster_settings(args).items()]
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -117,15 +127,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from populora_core.config import load_config
     from populora_core.runs import open_run
     from populora_core.stages.runner import check_intact
 
     console = Console()
     try:
         run = open_run(args.run, _runs_dir(args))
-        if _cluster_overrides(args):  # placement only: the run's results do not depend on it
-            run.set_cluster(load_config(run.config_file, overrides=_cluster_overrides(args)).cluster)
+        settings = _cluster_settings(args)
+        if settings:  # placement only; under the lock: a running process would re-read config.yaml
+            with run.lock(f"populora resume {run.root}"):
+                run.set_cluster(settings)
         run.config()
         check_intact(run, args.recompute)  # here too: in the flow it would come with Prefect's traceback
     except _user_errors() as exc:

@@ -11,6 +11,7 @@ dead process left Running in the Prefect UI to Crashed (``tasks.orphans``).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from prefect import flow
@@ -18,7 +19,7 @@ from prefect.runtime import flow_run
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
 from flows.generation import generation_flow, lock_holder
-from populora_core.config import DEFAULT_PRESET, ClusterConfig, ConfigError, load_config
+from populora_core.config import DEFAULT_PRESET, ConfigError, load_config
 from populora_core.runs import RunDir, create_run, default_runs_dir, open_run
 from tasks.orphans import crash_orphans
 from tasks.stages import check_intact, recompute_artifact
@@ -63,20 +64,20 @@ def train_flow(
     for a new run or from now on for an existing one.
     """
     root = Path(runs_dir) if runs_dir else default_runs_dir()
-    if run_id and (RunDir(run_id).exists() or (root / run_id).exists()):
+    existing = bool(run_id and (RunDir(run_id).exists() or (root / run_id).exists()))
+    if existing:
         run = open_run(run_id, root)
-        if cluster is not None:  # placement only: what a generation writes does not depend on it
-            run.set_cluster(ClusterConfig.model_validate(cluster))
     elif preset is None and config_path is None:  # the `resume` deployment: never a new run
         raise ConfigError(f"no run {run_id!r} to resume in {root}; give run_id (a run id or directory)")
     else:
-        config = load_config(config_path, preset=preset, overrides=overrides or ())
-        if cluster is not None:
-            config = config.model_copy(update={"cluster": ClusterConfig.model_validate(cluster)})
+        sets = [f"cluster.{key}={json.dumps(value)}" for key, value in (cluster or {}).items()]
+        config = load_config(config_path, preset=preset, overrides=[*(overrides or ()), *sets])
         run = create_run(root, config, run_id=run_id, preset=preset)
         print(f"created run {run.root}")
     with run.lock(lock_holder()):
         _rename(run)
+        if existing and cluster:  # under the lock: a running process would re-read config.yaml
+            run.set_cluster(cluster)
         return continue_run(str(run.root), generations, recompute)
 
 

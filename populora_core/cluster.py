@@ -5,8 +5,8 @@ engine, and the cheap ones itself. Inside the heavy stages the work goes to Ray'
 primitives, each a drop-in for the local object of ``runtime.Runtime``:
 
 - ``RayBackend`` (propose, solve): one long-lived inference actor per node, each holding
-  the base model and the population's adapters (a local ``Runtime``'s backend: HF on CPU
-  nodes, vLLM on GPU nodes). The driver cuts the requests into the batches the local
+  the base model and the population's adapters (a local ``Runtime``'s HF backend; vLLM
+  actors are not built yet, and the config refuses them). The driver cuts the requests into the batches the local
   backend would run (``hf.plan_batches``) and spreads the batches over the actors
   (``ray.util.ActorPool``, results in order): a batch's samples depend only on the batch,
   so the artifacts equal the local run's.
@@ -39,7 +39,8 @@ from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
-from populora_core.config import ClusterConfig, ResourceSpec, RunConfig
+from populora_core.config import ClusterConfig, ConfigError, ResourceSpec, RunConfig
+from populora_core.inference.base import Completion, GenerationRequest, SamplingParams
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -66,20 +67,35 @@ def connect(cluster: ClusterConfig) -> None:
         return
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False, "configure_logging": False}
     if cluster.address:
-        ray.init(address=cluster.address, **kwargs)
+        try:
+            ray.init(address=cluster.address, **kwargs)
+        except ConnectionError as exc:
+            raise ConfigError(
+                f"cannot join the Ray cluster at cluster.address {cluster.address!r} ({exc}); start one with "
+                "`ray start --head`, or leave the address empty for a private Ray on this machine"
+            ) from None
     else:
         # "local": a new Ray even when another runs on this machine (address=None would join the
         # one `ray start` or an earlier private cluster recorded in /tmp/ray/ray_current_cluster)
         ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1", **kwargs)
 
 
-def worker_nodes(cluster: ClusterConfig) -> list[str]:
-    """Ids of the alive nodes with CPUs, in a stable order (at most ``cluster.nodes``)."""
+def worker_nodes(cluster: ClusterConfig, spec: ResourceSpec | None = None) -> list[str]:
+    """Ids of the alive nodes with CPUs (and the resources ``spec`` asks for), in a stable
+    order, at most ``cluster.nodes``; raises naming what no node has."""
     import ray
 
-    nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0)
+    def fits(total: dict) -> bool:
+        if spec is None:
+            return True
+        wanted = {"CPU": spec.num_cpus, "GPU": spec.num_gpus, **spec.resources}
+        return all(total.get(name, 0) >= amount for name, amount in wanted.items() if amount > 0)
+
+    alive = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+    nodes = sorted(n["NodeID"] for n in alive if fits(n["Resources"]))
     if not nodes:
-        raise RuntimeError("the Ray cluster has no alive node with CPUs")
+        have = [{k: v for k, v in n["Resources"].items() if not k.startswith("node:")} for n in alive]
+        raise RuntimeError(f"no alive Ray node has what {spec} asks for (cluster.* resources); nodes have: {have}")
     return nodes[: cluster.nodes] if cluster.nodes else nodes
 
 
@@ -98,10 +114,10 @@ def _per_node(cls: type, spec: ResourceSpec, cluster: ClusterConfig, *args: Any)
         remote.options(
             **spec.ray_options(),
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
-            max_restarts=cluster.max_retries,
+            max_restarts=-1,  # the actors live as long as the run: a restart budget would run out
             max_task_retries=cluster.max_retries,
         ).remote(*args)
-        for node in worker_nodes(cluster)
+        for node in worker_nodes(cluster, spec)
     ]
 
 
@@ -158,7 +174,9 @@ class RayBackend:
         """The adapters (id → PEFT directory on the shared filesystem) every batch is served with."""
         self.adapters = {k: str(v) for k, v in sorted(adapters.items())}
 
-    def generate(self, requests, params, *, progress: str | None = None) -> list:
+    def generate(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams, *, progress: str | None = None
+    ) -> list[list[Completion]]:
         import ray
 
         from populora_core.inference.base import check_loaded, encode_prompt
@@ -206,6 +224,9 @@ class _SandboxActor:
     def stats(self) -> dict:
         return dataclasses.asdict(self.pool.stats)
 
+    def close(self) -> None:
+        self.pool.close()
+
 
 class RaySandboxPool:
     """``SandboxPool`` of the Ray engine: jobs sharded over one sandbox-pool actor per node."""
@@ -235,6 +256,12 @@ class RaySandboxPool:
         return [r for chunk in results for r in chunk]
 
     def close(self) -> None:
+        import ray
+
+        try:  # the pools' own close: workers stopped, containers removed
+            ray.get([a.close.remote() for a in self._actors], timeout=60)
+        except Exception:  # noqa: BLE001 - a dead actor's workers died with it
+            pass
         _kill(self._actors)
         self._actors = []
 

@@ -39,7 +39,8 @@ def prepare_replay(
         raise ConfigError(f"{out} already exists; choose another --out")
     if generation < 0 or not source.members_dir(generation).is_dir():
         raise ConfigError(f"run {source.root} has no generation {generation}")
-    config = load_config(source.config_file, overrides=overrides)
+    # on this machine unless the overrides say otherwise: a replay is offline analysis
+    config = load_config(source.config_file, overrides=["cluster.engine=local", "cluster.address=''", *overrides])
     upstream = table.TABLE[: names.index(from_stage)]
     require_weights(source, generation, table.TABLE[names.index(from_stage) :])
     for stage in upstream:

@@ -49,7 +49,7 @@ from populora_core.artifacts import (
     write_dir_atomic,
     write_text_atomic,
 )
-from populora_core.config import ClusterConfig, ConfigError, RunConfig, config_to_yaml, load_config
+from populora_core.config import ConfigError, RunConfig, config_to_yaml, load_config, validate_config
 from populora_core.population.adapters import (
     POPULATION_TABLE,
     Member,
@@ -183,11 +183,16 @@ class RunDir:
         """The run's configuration (parsed once per process while config.yaml is unchanged)."""
         return _parse_config(str(self.config_file), self.config_file.stat().st_mtime_ns)
 
-    def set_cluster(self, cluster: ClusterConfig) -> None:
-        """Where the run's next stages execute (``cluster:`` of config.yaml, rewritten in place).
-        Placement only: a generation on the cluster writes what it writes locally."""
-        config = self.config().model_copy(update={"cluster": cluster})
+    def set_cluster(self, settings: dict) -> RunConfig:
+        """Changes where the run's next stages execute: ``settings`` (e.g. ``{"engine": "ray",
+        "address": "auto"}``) merged into ``cluster:`` of config.yaml, validated with the rest,
+        written in place. Placement only: a generation writes the same on either engine. Call
+        it holding the run's lock (a running process re-reads config.yaml when it changes)."""
+        data = self.config().model_dump(mode="json")
+        data["cluster"] = {**data["cluster"], **settings}
+        config = validate_config(data, f"cluster settings {settings}")
         write_text_atomic(config_to_yaml(config), self.config_file)
+        return config
 
     # artifacts and snapshots -------------------------------------------------------
     def read(self, generation: int, name: str) -> pd.DataFrame:

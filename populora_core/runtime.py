@@ -192,7 +192,7 @@ class Runtime:
         stacked LoRA buffers exactly as the uninterrupted one did: same sums, same
         samples)."""
         backend = self.backend
-        if hasattr(backend, "serve"):  # cluster.RayBackend: each actor loads what changed
+        if self.config.cluster.engine == "ray":  # cluster.RayBackend: each actor loads what changed
             backend.serve(adapters)
             return
         if set(adapters) != set(self._served):

@@ -29,6 +29,7 @@ from populora_core.config.presets import (
     config_to_yaml,
     load_config,
     parse_override,
+    validate_config,
 )
 from populora_core.config.run import (
     DEFAULT_MODEL,
@@ -74,4 +75,5 @@ __all__ = [
     "config_to_yaml",
     "load_config",
     "parse_override",
+    "validate_config",
 ]

@@ -177,11 +177,16 @@ def load_config(
         data = _merge(data, loaded)
     for text in overrides:
         data = _merge(data, parse_override(text))
+    return validate_config(data, f"{path}" if path is not None else None)
+
+
+def validate_config(data: dict, source: str | None = None) -> RunConfig:
+    """``data`` as a RunConfig; raises ConfigError naming every bad field (and ``source``)."""
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
-        source = f" in {path}" if path is not None else ""
-        raise ConfigError(f"invalid run configuration{source}:\n{_describe(exc)}") from None
+        where = f" in {source}" if source else ""
+        raise ConfigError(f"invalid run configuration{where}:\n{_describe(exc)}") from None
 
 
 def config_to_yaml(config: RunConfig) -> str:

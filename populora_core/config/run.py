@@ -215,12 +215,28 @@ class RunConfig(_Frozen):
         return self.grpo.model_copy(update={"minibatches": steps})
 
     @model_validator(mode="after")
-    def _cluster_serves_the_backend(self) -> RunConfig:
-        if self.cluster.engine == "ray" and self.inference.backend == "vllm":
+    def _cluster_fits(self) -> RunConfig:
+        if self.cluster.engine != "ray":
+            return self
+        if self.inference.backend == "vllm":
             raise ValueError(
                 "cluster.engine: ray spreads generation over inference actors of the hf backend only; "
                 "set inference.backend: hf, or cluster.engine: local with inference.vllm_url for a vLLM server"
             )
+        if self.model.threads == 0:
+            raise ValueError(
+                "cluster.engine: ray needs model.threads > 0: Ray gives a worker as many torch threads as CPUs "
+                "it holds (1 for the inference actors), and float sums differ with the thread count, so a fixed "
+                "count keeps the artifacts equal to the local engine's"
+            )
+        if self.model.device != "cpu":
+            for key in ("generation", "update"):
+                if getattr(self.cluster, key).num_gpus <= 0:
+                    raise ValueError(
+                        f"model.device {self.model.device!r} with cluster.engine: ray needs cluster.{key}.num_gpus "
+                        "> 0 (e.g. 0.5 for both generation and update on one GPU): Ray hides no GPU from work "
+                        "that asked for none, so every worker would load onto the first GPU"
+                    )
         return self
 
     @model_validator(mode="after")

@@ -141,7 +141,13 @@ class HFBackend:
         return gather(requests, out)
 
     @torch.no_grad()
-    def generate_batch(self, rows, requests, prompts, params: SamplingParams) -> list[Completion]:
+    def generate_batch(
+        self,
+        rows: Sequence[Row],
+        requests: Sequence[GenerationRequest],
+        prompts: Sequence[list[int]],
+        params: SamplingParams,
+    ) -> list[Completion]:
         """Completions of one batch of ``plan_batches``: rows are (request index, sample index)."""
         dtype = next(self.base.parameters()).dtype
         ids, mask = self._left_padded([prompts[i] for i, _ in rows])

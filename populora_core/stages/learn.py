@@ -7,7 +7,6 @@ ratings from the matches.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import torch
 
-from populora_core.artifacts import TMP_MARK, columns, write_dir_atomic, write_text_atomic
+from populora_core.artifacts import columns, remove_partials, write_dir_atomic, write_text_atomic
 from populora_core.config import GRPOConfig, RunConfig
 from populora_core.population.adapters import (
     Member,
@@ -164,8 +163,6 @@ def train_one(trainer: Trainer, job: UpdateJob) -> dict:
     row, with the node that trained it (``cluster.node_name``)."""
     from populora_core.cluster import node_name
 
-    for stale in Path(job.target).parent.glob(f".{Path(job.target).name}{TMP_MARK}*"):
-        shutil.rmtree(stale, ignore_errors=True)  # a killed attempt of this update (a retried Ray task)
     before, state = load_adapter(job.source), load_optimizer_state(job.source)
     adapter, metrics, state = trainer.update(before, list(job.batch), job.grpo, state, seed=job.seed)
     row = dict(
@@ -200,7 +197,7 @@ def update(
         target = Path(updated_dir) / m.adapter_id
         done = target / "metrics.json"
         if done.is_file():
-            rows[m.adapter_id] = json.loads(done.read_text())
+            rows[m.adapter_id] = {"node": "", **json.loads(done.read_text())}  # written before `node` existed
             continue
         source = Path(members_dir) / m.adapter_id
         batch = training_batch(m.adapter_id, rewards, proposals, rollouts)
@@ -215,6 +212,7 @@ def update(
         jobs.append(UpdateJob(source, target, tuple(batch), config.update_grpo, seed, row, base_model))
     for job, row in zip(jobs, trainer.map(train_one, jobs, desc="update"), strict=True):
         rows[job.row["adapter_id"]] = row
+    remove_partials(Path(updated_dir))  # half-written adapters of attempts Ray killed and re-ran
     return pd.DataFrame([rows[m.adapter_id] for m in members], columns=columns("train_metrics"))
 
 

@@ -10,8 +10,6 @@ import signal
 
 import pytest
 
-from flows.cli import build_parser
-from flows.commands import _cluster_overrides
 from populora_core.config import load_config
 from populora_core.sandbox import Job, SandboxPool
 
@@ -24,30 +22,20 @@ def private_ray():
     ray.shutdown()
 
 
-def test_cli_cluster_flags_become_the_config():
-    parse = build_parser().parse_args
-    cases = {
-        ("train",): ("local", ""),
-        ("train", "--address", "10.0.0.5:6379"): ("ray", "10.0.0.5:6379"),  # a string, not YAML's sexagesimal
-        ("train", "--cluster", "ray"): ("ray", ""),
-        ("train", "--cluster", "ray", "--address", "ray://head:10001"): ("ray", "ray://head:10001"),
-    }
-    for argv, (engine, address) in cases.items():
-        cluster = load_config(preset="cpu-tiny", overrides=_cluster_overrides(parse(list(argv)))).cluster
-        assert (cluster.engine, cluster.address) == (engine, address), argv
-    back = _cluster_overrides(parse(["resume", "r", "--cluster", "local"]))
-    assert load_config(overrides=["cluster.address='auto'", *back]).cluster.address == ""
-
-
 def test_a_resumed_run_moves_to_the_cluster_and_back(tmp_path):
-    from populora_core.config import ClusterConfig
+    from populora_core.config import ConfigError
     from populora_core.runs import create_run
 
-    run = create_run(tmp_path, load_config(preset="cpu-tiny"), run_id="moves")
+    run = create_run(tmp_path, load_config(preset="cpu-tiny", overrides=["cluster.nodes=2"]), run_id="moves")
     before = run.config()
-    run.set_cluster(ClusterConfig(engine="ray", address="auto"))
-    assert run.config().cluster.address == "auto"
-    assert run.config().model_copy(update={"cluster": ClusterConfig()}) == before  # nothing else changed
+    run.set_cluster({"engine": "ray", "address": "auto"})
+    assert (run.config().cluster.address, run.config().cluster.nodes) == ("auto", 2)  # merged, not replaced
+    assert run.config().model_copy(update={"cluster": before.cluster}) == before  # nothing else changed
+    vllm = create_run(tmp_path, load_config(preset="cpu-tiny", overrides=["inference.backend=vllm"]), run_id="v")
+    written = vllm.config_file.read_bytes()
+    with pytest.raises(ConfigError, match=r"cluster.engine: ray"):  # validated with the rest, nothing written
+        vllm.set_cluster({"engine": "ray"})
+    assert vllm.config_file.read_bytes() == written
 
 
 def test_sandbox_actors_return_the_local_pools_results_in_order(private_ray):
@@ -81,3 +69,46 @@ def test_ray_with_vllm_is_refused_naming_both_fields():
 
     with pytest.raises(ConfigError, match=r"cluster.engine: ray.*inference.backend: hf"):
         load_config(preset="cpu-tiny", overrides=["cluster.engine=ray", "inference.backend=vllm"])
+
+
+def test_the_ray_engine_asks_for_what_keeps_artifacts_equal():
+    from populora_core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"model.threads > 0"):
+        load_config(preset="cpu-tiny", overrides=["cluster.engine=ray", "model.threads=0"])
+    with pytest.raises(ConfigError, match=r"cluster.generation.num_gpus"):
+        load_config(preset="cpu-tiny", overrides=["cluster.engine=ray", "model.device=cuda"])
+    load_config(
+        preset="cpu-tiny",
+        overrides=[
+            "cluster.engine=ray",
+            "model.device=cuda",
+            "cluster.generation.num_gpus=0.5",
+            "cluster.update.num_gpus=0.5",
+        ],
+    )
+
+
+def test_an_actor_killed_during_a_call_finishes_it_after_its_restart(private_ray):
+    import threading
+    import time
+
+    import ray
+
+    from populora_core.cluster import RaySandboxPool
+
+    config = load_config(preset="cpu-tiny", overrides=["cluster.engine=ray", "sandbox.workers=1"])
+    pool = RaySandboxPool(config)
+    pool.start()
+    try:
+        pid = ray.get(pool._actors[0].__ray_call__.remote(lambda self: os.getpid()))
+        jobs = [Job(code="import time\ntime.sleep(0.05)", expr=str(i)) for i in range(80)]  # ~4 s, one actor
+        killer = threading.Timer(1.0, os.kill, (pid, signal.SIGKILL))
+        killer.start()
+        started = time.monotonic()
+        results = pool.run(jobs)
+        assert time.monotonic() - started > 1.0  # the kill landed during the call
+        assert [r.value for r in results] == [str(i) for i in range(80)]
+        assert ray.get(pool._actors[0].__ray_call__.remote(lambda self: os.getpid())) != pid  # restarted
+    finally:
+        pool.close()

@@ -121,3 +121,24 @@ def test_a_worker_killed_during_update_or_verify_costs_only_its_work(
     _assert_same_generation(RunDir(out), reference_run)
     assert not [p for p in out.rglob("*") if ".tmp-" in p.name], "a killed attempt's temp files are left"
     assert not _wait_until_gone(), _ours()
+
+
+def test_cli_cluster_flags_become_the_config():
+    from flows.cli import build_parser
+    from flows.commands import _cluster_overrides
+    from populora_core.config import ConfigError, load_config
+
+    parse = build_parser().parse_args
+    cases = {
+        ("train",): ("local", ""),
+        ("train", "--address", "10.0.0.5:6379"): ("ray", "10.0.0.5:6379"),  # a string, not YAML's sexagesimal
+        ("train", "--cluster", "ray"): ("ray", ""),
+        ("train", "--cluster", "ray", "--address", "ray://head:10001"): ("ray", "ray://head:10001"),
+    }
+    for argv, (engine, address) in cases.items():
+        cluster = load_config(preset="cpu-tiny", overrides=_cluster_overrides(parse(list(argv)))).cluster
+        assert (cluster.engine, cluster.address) == (engine, address), argv
+    back = _cluster_overrides(parse(["resume", "r", "--cluster", "local"]))
+    assert load_config(overrides=["cluster.address='auto'", *back]).cluster.address == ""
+    with pytest.raises(ConfigError, match="contradicts"):
+        _cluster_overrides(parse(["train", "--cluster", "local", "--address", "auto"]))
