@@ -85,6 +85,7 @@ bench: setup dockerd sandbox-image
 	$(BIN)/python benchmarks/grpo_step.py
 	$(BIN)/python benchmarks/orchestration_overhead.py
 	$(BIN)/python benchmarks/storage.py
+	$(BIN)/python benchmarks/cluster_scaling.py
 
 bench-quick: setup dockerd sandbox-image
 	$(BIN)/python benchmarks/verifier_throughput.py --quick
@@ -93,6 +94,7 @@ bench-quick: setup dockerd sandbox-image
 	$(BIN)/python benchmarks/grpo_step.py --quick
 	$(BIN)/python benchmarks/orchestration_overhead.py --repeats 1
 	$(BIN)/python benchmarks/storage.py --quick
+	$(BIN)/python benchmarks/cluster_scaling.py --quick
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache

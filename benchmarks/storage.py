@@ -100,6 +100,7 @@ def measured(args: argparse.Namespace, scratch: Path) -> dict:
     before, n_before = per_generation(before_run)
     written = [json.loads(p.read_text())["bytes_written"] for p in sorted(now_run.glob("gen_*/_SUCCESS"))]
     log(f"  bytes per generation: now {now / 1e6:.1f} MB, before {before / 1e6:.1f} MB, ratio {now / before:.3f}")
+    run_bytes_now = unique_bytes([now_run])
     if args.keep:
         shutil.move(now_run, args.keep)
         log(f"  kept this code's run in {args.keep}")
@@ -110,7 +111,7 @@ def measured(args: argparse.Namespace, scratch: Path) -> dict:
         "bytes_per_generation_before": round(before),
         "bytes_per_generation_ratio": round(now / before, 3),
         "bytes_written_per_generation": written,
-        "run_bytes_now": unique_bytes([now_run]),
+        "run_bytes_now": run_bytes_now,
         "run_bytes_before": unique_bytes([before_run]),
     }
 
