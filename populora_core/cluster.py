@@ -58,7 +58,8 @@ def node_name() -> str:
 
 def connect(cluster: ClusterConfig) -> None:
     """Joins the cluster at ``cluster.address`` once per process; with no address, starts a
-    private single-node Ray on this machine, bound to loopback, dashboard off. Workers take
+    private single-node Ray on this machine, dashboard off (Ray's own ports still listen on
+    every interface: README, "On a Ray cluster", Security). Workers take
     their environment from the node (``ray start`` in the environment they need, e.g.
     ``HF_HUB_OFFLINE=1``), not from the driver."""
     import ray
