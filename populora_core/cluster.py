@@ -122,17 +122,15 @@ def _per_node(cls: type, spec: ResourceSpec, cluster: ClusterConfig, *args: Any)
     ]
 
 
-def _ordered(actors: list, call: Callable[[Any, T], Any], chunks: Sequence[T], desc: str | None, unit_of) -> list:
+def _ordered(actors: list, call: Callable[[Any, T], Any], chunks: Sequence[Sequence], desc: str | None) -> list:
     """``call(actor, chunk)`` for every chunk over the actors (``ActorPool``), results in order."""
     from ray.util import ActorPool
 
     results = []
-    with tqdm(
-        total=sum(unit_of(c) for c in chunks), desc=desc, unit="sample", disable=desc is None, leave=False
-    ) as bar:
+    with tqdm(total=sum(map(len, chunks)), desc=desc, unit="sample", disable=desc is None, leave=False) as bar:
         for chunk, result in zip(chunks, ActorPool(actors).map(call, chunks), strict=True):
             results.append(result)
-            bar.update(unit_of(chunk))
+            bar.update(len(chunk))
     return results
 
 
@@ -163,7 +161,6 @@ class RayBackend:
         from transformers import AutoTokenizer
 
         connect(config.cluster)
-        self.config = config
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.batch_size = config.inference.batch_size
         self.adapters: dict[str, str] = {}
@@ -189,7 +186,7 @@ class RayBackend:
         shared = ray.put((self.adapters, list(requests), prompts, params))
         call = lambda actor, batch: actor.generate_batch.remote(shared, batch)  # noqa: E731
         out = {}
-        for batch, completions in zip(batches, _ordered(self._actors, call, batches, progress, len), strict=True):
+        for batch, completions in zip(batches, _ordered(self._actors, call, batches, progress), strict=True):
             out.update(zip(batch, completions, strict=True))
         return gather(requests, out)
 
@@ -253,7 +250,7 @@ class RaySandboxPool:
             return []
         size = max(1, min(self.CHUNK, math.ceil(len(jobs) / (4 * len(self._actors)))))
         chunks = [list(jobs[i : i + size]) for i in range(0, len(jobs), size)]
-        results = _ordered(self._actors, lambda a, c: a.run.remote(c), chunks, None, len)
+        results = _ordered(self._actors, lambda a, c: a.run.remote(c), chunks, None)
         return [r for chunk in results for r in chunk]
 
     def close(self) -> None:
@@ -280,17 +277,18 @@ class RayTrainer:
     """The trainer of the Ray engine: ``map`` runs each job as one Ray task."""
 
     def __init__(self, config: RunConfig, model_path: Path) -> None:
+        import ray
+
         connect(config.cluster)
-        self.config = config
-        self.model_path = str(model_path)
+        self._args = (config.model_dump_json(), str(model_path))
+        self._task = ray.remote(_train_task).options(
+            **config.cluster.update.ray_options(), max_retries=config.cluster.max_retries
+        )
 
     def map(self, fn: Callable[[Any, T], R], jobs: Sequence[T], *, desc: str | None = None) -> list[R]:
         import ray
 
-        spec = self.config.cluster.update
-        task = ray.remote(_train_task).options(**spec.ray_options(), max_retries=self.config.cluster.max_retries)
-        config_json = self.config.model_dump_json()
-        refs = [task.remote(config_json, self.model_path, fn, job) for job in jobs]
+        refs = [self._task.remote(*self._args, fn, job) for job in jobs]
         with tqdm(total=len(refs), desc=desc, unit="adapter", disable=desc is None, leave=False) as bar:
             pending = list(refs)
             while pending:
