@@ -76,6 +76,7 @@ def complete(run: RunDir, g: int) -> None:
             "grad_norm": [1.5, NAN],
             "tokens": [512.0, 0.0],
             "seconds": [2.0, 0.0],
+            "node": ["host-a", ""],
         }
     )
     run.gen(g).mkdir(parents=True, exist_ok=True)
