@@ -5,11 +5,14 @@ engine, and the cheap ones itself. Inside the heavy stages the work goes to Ray'
 primitives, each a drop-in for the local object of ``runtime.Runtime``:
 
 - ``RayBackend`` (propose, solve): one long-lived inference actor per node, each holding
-  the base model and the population's adapters (a local ``Runtime``'s HF backend; vLLM
-  actors are not built yet, and the config refuses them). The driver cuts the requests into the batches the local
-  backend would run (``hf.plan_batches``) and spreads the batches over the actors
-  (``ray.util.ActorPool``, results in order): a batch's samples depend only on the batch,
-  so the artifacts equal the local run's.
+  the base model and the population's adapters (a local ``Runtime``'s backend). hf: the
+  driver cuts the requests into the batches the local backend would run
+  (``hf.plan_batches``) and spreads the batches over the actors (``ray.util.ActorPool``,
+  results in order): a batch's samples depend only on the batch, so the artifacts equal
+  the local run's. vllm: each actor starts a vLLM server on its node (multi-LoRA, every
+  adapter loaded) and gets one contiguous share of the requests, sent at once so that
+  vLLM batches them continuously; each request carries its seed, so samples do not depend
+  on the share, up to vLLM's own batch-dependent numerics.
 - ``RaySandboxPool`` (validate, verify): one sandbox-pool actor per node (a local
   ``SandboxPool`` with ``sandbox.workers`` workers), jobs sharded across them in chunks,
   results in order.
@@ -20,9 +23,9 @@ Faults are Ray's to handle: an update task whose worker or node dies is re-run
 (``max_retries``: it starts again from the same snapshot with the same seed, and writes
 its adapter atomically), an actor whose process dies is restarted and its pending calls
 retried (``max_restarts``, ``max_task_retries``); a restarted inference actor reloads the
-adapters it is asked to serve. Actors are owned by the driver: they, and the sandbox
-workers under them (bubblewrap ``--die-with-parent``, Docker containers removed on
-close), end with it.
+adapters it is asked to serve (a killed actor's vLLM server dies with it). Actors are
+owned by the driver: they, and the sandbox workers under them (bubblewrap
+``--die-with-parent``, Docker containers removed on close), end with it.
 
 Every node must see the run directory and the base model at the same paths.
 """
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -78,26 +82,36 @@ def connect(cluster: ClusterConfig) -> None:
     else:
         # "local": a new Ray even when another runs on this machine (address=None would join the
         # one `ray start` or an earlier private cluster recorded in /tmp/ray/ray_current_cluster)
-        ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1", **kwargs)
+        ray.init(
+            address="local",
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            **kwargs,
+        )
 
 
-def worker_nodes(cluster: ClusterConfig, spec: ResourceSpec | None = None) -> list[str]:
-    """Ids of the alive nodes with CPUs (and the resources ``spec`` asks for), in a stable
-    order, at most ``cluster.nodes``; raises naming what no node has."""
+def worker_nodes(cluster: ClusterConfig, spec: ResourceSpec | None = None, key: str = "") -> list[str]:
+    """Ids of the alive nodes with CPUs (and the resources ``spec``, ``cluster.<key>``, asks
+    for), in a stable order, at most ``cluster.nodes``; raises naming what no node has."""
     import ray
 
     def fits(total: dict) -> bool:
-        if spec is None:
-            return True
-        wanted = {"CPU": spec.num_cpus, "GPU": spec.num_gpus, **spec.resources}
-        return all(total.get(name, 0) >= amount for name, amount in wanted.items() if amount > 0)
+        return spec is None or all(total.get(name, 0) >= amount for name, amount in _wanted(spec).items())
 
     alive = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
     nodes = sorted(n["NodeID"] for n in alive if fits(n["Resources"]))
     if not nodes:
         have = [{k: v for k, v in n["Resources"].items() if not k.startswith("node:")} for n in alive]
-        raise RuntimeError(f"no alive Ray node has what {spec} asks for (cluster.* resources); nodes have: {have}")
+        where = f"cluster.{key}" if key else "cluster.* resources"
+        hint = " (unset num_cpus is model.threads)" if key and spec is not None else ""
+        raise RuntimeError(f"no alive Ray node has what {spec} asks for ({where}{hint}); nodes have: {have}")
     return nodes[: cluster.nodes] if cluster.nodes else nodes
+
+
+def _wanted(spec: ResourceSpec) -> dict[str, float]:
+    """The resources ``spec`` holds, by Ray's names, leaving out those it asks none of."""
+    wanted = {"CPU": spec.num_cpus, "GPU": spec.num_gpus, **spec.resources}
+    return {name: amount for name, amount in wanted.items() if amount > 0}
 
 
 def _local(config: RunConfig) -> RunConfig:
@@ -105,11 +119,13 @@ def _local(config: RunConfig) -> RunConfig:
     return config.model_copy(update={"cluster": ClusterConfig()})
 
 
-def _per_node(cls: type, spec: ResourceSpec, cluster: ClusterConfig, *args: Any) -> list:
-    """One actor of ``cls`` per node, placed there (softly: a dead node's actor restarts elsewhere)."""
+def _per_node(cls: type, config: RunConfig, key: str, *args: Any) -> list:
+    """One actor of ``cls`` per node that has what ``cluster.<key>`` asks for, placed there
+    (softly: a dead node's actor restarts elsewhere)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    spec, cluster = config.resources(key), config.cluster
     remote = ray.remote(cls)
     return [
         remote.options(
@@ -118,7 +134,7 @@ def _per_node(cls: type, spec: ResourceSpec, cluster: ClusterConfig, *args: Any)
             max_restarts=-1,  # the actors live as long as the run: a restart budget would run out
             max_task_retries=cluster.max_retries,
         ).remote(*args)
-        for node in worker_nodes(cluster, spec)
+        for node in worker_nodes(cluster, spec, key)
     ]
 
 
@@ -144,14 +160,27 @@ class _InferenceActor:
         self.runtime = get_runtime(_local(RunConfig.model_validate_json(config_json)), Path(model_path))
         self.served: dict[str, str] = {}
 
-    def generate_batch(self, shared: tuple, batch: list) -> list:
-        """``shared``: (adapters id → directory, requests, prompt ids, sampling params), sent once per call of
-        ``RayBackend.generate`` through the object store."""
-        adapters, requests, prompts, params = shared
+    def _serve(self, adapters: dict[str, str]) -> None:
         if adapters != self.served:  # a new generation's adapters, or a restarted actor
             self.runtime.serve({k: Path(v) for k, v in adapters.items()})
             self.served = dict(adapters)
+
+    def generate_batch(self, shared: tuple, batch: list) -> list:
+        """hf: one batch of ``hf.plan_batches``. ``shared``: (adapters id → directory, requests,
+        prompt ids, sampling params), sent once per call of ``RayBackend.generate`` through the
+        object store."""
+        adapters, requests, prompts, params = shared
+        self._serve(adapters)
         return self.runtime.backend.generate_batch(batch, requests, prompts, params)
+
+    def close(self) -> None:
+        self.runtime.close()
+
+    def generate_requests(self, shared: tuple, indices: list[int]) -> list:
+        """vllm: whole requests (indices into ``shared``'s), sent to this node's vLLM server at once."""
+        adapters, requests, _, params = shared
+        self._serve(adapters)
+        return self.runtime.backend.generate([requests[i] for i in indices], params)
 
 
 class RayBackend:
@@ -163,10 +192,9 @@ class RayBackend:
         connect(config.cluster)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.batch_size = config.inference.batch_size
+        self.vllm = config.inference.backend == "vllm"
         self.adapters: dict[str, str] = {}
-        self._actors = _per_node(
-            _InferenceActor, config.cluster.generation, config.cluster, config.model_dump_json(), str(model_path)
-        )
+        self._actors = _per_node(_InferenceActor, config, "generation", config.model_dump_json(), str(model_path))
 
     def serve(self, adapters: dict[str, Path]) -> None:
         """The adapters (id → PEFT directory on the shared filesystem) every batch is served with."""
@@ -181,6 +209,13 @@ class RayBackend:
         from populora_core.inference.hf import gather, plan_batches
 
         check_loaded(requests, self.adapters)
+        if not requests:
+            return []
+        if self.vllm:  # vLLM batches continuously: one share of the requests per node, sent at once
+            shared = ray.put((self.adapters, list(requests), None, params))
+            shares = _split(list(range(len(requests))), len(self._actors), [r.n for r in requests])
+            call = lambda actor, share: actor.generate_requests.remote(shared, share)  # noqa: E731
+            return [c for result in _ordered(self._actors, call, shares, progress) for c in result]
         prompts = [encode_prompt(self.tokenizer, r) for r in requests]
         batches = plan_batches(requests, prompts, self.batch_size)
         shared = ray.put((self.adapters, list(requests), prompts, params))
@@ -191,13 +226,30 @@ class RayBackend:
         return gather(requests, out)
 
     def close(self) -> None:
-        _kill(self._actors)
+        _close(self._actors)  # a vLLM server stopped
         self._actors = []
 
 
-def _kill(actors: list) -> None:
+def _split(items: list[T], parts: int, weights: Sequence[int]) -> list[list[T]]:
+    """``items`` in order, cut into at most ``parts`` contiguous pieces of about equal total weight."""
+    total, pieces, piece, acc = sum(weights), [], [], 0
+    for item, weight in zip(items, weights, strict=True):
+        piece.append(item)
+        acc += weight
+        if acc * parts >= total * (len(pieces) + 1) and len(pieces) < parts - 1:
+            pieces.append(piece)
+            piece = []
+    return [*pieces, piece] if piece else pieces
+
+
+def _close(actors: list) -> None:
+    """The actors' own ``close`` (what they started, stopped), then the actors killed."""
     import ray
 
+    try:
+        ray.get([a.close.remote() for a in actors], timeout=60)
+    except Exception:  # noqa: BLE001 - a dead actor's processes died with it
+        pass
     for actor in actors:
         try:
             ray.kill(actor)
@@ -235,17 +287,20 @@ class RaySandboxPool:
     def __init__(self, config: RunConfig) -> None:
         self.config = config
         self._actors: list = []
+        self._started: list = []
 
     def start(self) -> None:
-        import ray
 
         connect(self.config.cluster)
-        self._actors = _per_node(
-            _SandboxActor, self.config.cluster.sandbox, self.config.cluster, self.config.sandbox.model_dump_json()
-        )
-        ray.get([a.stats.remote() for a in self._actors])  # a node without a sandbox fails here, by name
+        self._actors = _per_node(_SandboxActor, self.config, "sandbox", self.config.sandbox.model_dump_json())
+        self._started = [a.stats.remote() for a in self._actors]  # awaited by the first `run`
 
     def run(self, jobs: Sequence) -> list:
+        import ray
+
+        if self._started:  # a node without a sandbox fails here, by name
+            ray.get(self._started)
+            self._started = []
         if not jobs:
             return []
         size = max(1, min(self.CHUNK, math.ceil(len(jobs) / (4 * len(self._actors)))))
@@ -254,23 +309,19 @@ class RaySandboxPool:
         return [r for chunk in results for r in chunk]
 
     def close(self) -> None:
-        import ray
-
-        try:  # the pools' own close: workers stopped, containers removed
-            ray.get([a.close.remote() for a in self._actors], timeout=60)
-        except Exception:  # noqa: BLE001 - a dead actor's workers died with it
-            pass
-        _kill(self._actors)
+        _close(self._actors)  # workers stopped, containers removed
         self._actors = []
 
 
 # update --------------------------------------------------------------------------
-def _train_task(config_json: str, model_path: str, fn: Callable, job: Any) -> Any:
-    """A Ray task: ``fn(trainer, job)`` with this worker's trainer (built once per worker)."""
+def _train_task(config_json: str, model_path: str, fn: Callable | None, job: Any) -> Any:
+    """A Ray task: ``fn(trainer, job)`` with this worker's trainer (built once per worker);
+    with no ``fn``, builds the trainer only and returns (node, process id) (``RayTrainer.prestart``)."""
     from populora_core.runtime import get_runtime
 
     config = _local(RunConfig.model_validate_json(config_json))
-    return fn(get_runtime(config, Path(model_path)).trainer, job)
+    trainer = get_runtime(config, Path(model_path)).trainer
+    return fn(trainer, job) if fn is not None else (node_name(), os.getpid())
 
 
 class RayTrainer:
@@ -280,10 +331,30 @@ class RayTrainer:
         import ray
 
         connect(config.cluster)
+        self.config = config
         self._args = (config.model_dump_json(), str(model_path))
         self._task = ray.remote(_train_task).options(
-            **config.cluster.update.ray_options(), max_retries=config.cluster.max_retries
+            **config.resources("update").ray_options(), max_retries=config.cluster.max_retries
         )
+        self._warming: list = []
+
+    def slots(self) -> int:
+        """How many update tasks the cluster runs at once (at most one per adapter)."""
+        import ray
+
+        spec = self.config.resources("update")
+        nodes = {n["NodeID"]: n["Resources"] for n in ray.nodes() if n.get("Alive")}
+        fit = 0
+        for node in worker_nodes(self.config.cluster, spec, "update"):
+            fit += min((int(nodes[node].get(k, 0) // v) for k, v in _wanted(spec).items()), default=1)
+        population = self.config.population
+        return max(1, min(fit, population.teachers + population.students))
+
+    def prestart(self) -> None:
+        """Starts as many update workers as can run at once, each loading its trainer (base model,
+        optimizer settings), without waiting: the update tasks then find them warm, having
+        paid the workers' start-up during the stages before `update`."""
+        self._warming = [self._task.remote(*self._args, None, None) for _ in range(self.slots())]
 
     def map(self, fn: Callable[[Any, T], R], jobs: Sequence[T], *, desc: str | None = None) -> list[R]:
         import ray

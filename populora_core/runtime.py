@@ -124,13 +124,10 @@ class Runtime:
 
     @property
     def backend(self):
+        self._start_cluster("backend")
         if self._backend is None:
             inf = self.config.inference
-            if self.config.cluster.engine == "ray":
-                from populora_core.cluster import RayBackend
-
-                self._backend = RayBackend(self.config, self.model_path)
-            elif inf.backend == "vllm":
+            if inf.backend == "vllm":
                 from transformers import AutoTokenizer
 
                 from populora_core.inference.vllm import VLLMBackend
@@ -143,6 +140,7 @@ class Runtime:
                     max_loras=members + 2,  # above the adapter count (NOTES.md: a base row went wrong at equal)
                     max_lora_rank=_vllm_rank(self.config.population.rank),
                     dtype=resolve_dtype(self.config.model.dtype, self.config.model.device),
+                    extra_args=inf.vllm_args,
                 )
             else:
                 from populora_core.inference.hf import HFBackend
@@ -157,10 +155,7 @@ class Runtime:
 
     @property
     def trainer(self) -> Trainer:
-        if self._trainer is None and self.config.cluster.engine == "ray":
-            from populora_core.cluster import RayTrainer
-
-            self._trainer = RayTrainer(self.config, self.model_path)
+        self._start_cluster("trainer")
         if self._trainer is None:
             from populora_core.models import load_model
 
@@ -171,18 +166,34 @@ class Runtime:
 
     @property
     def pool(self):
+        self._start_cluster("pool")
         if self._pool is None:
-            if self.config.cluster.engine == "ray":
-                from populora_core.cluster import RaySandboxPool
+            from populora_core.sandbox import SandboxPool
 
-                pool = RaySandboxPool(self.config)
-            else:
-                from populora_core.sandbox import SandboxPool
-
-                pool = SandboxPool(self.config.sandbox)
+            pool = SandboxPool(self.config.sandbox)
             pool.start()
             self._pool = pool
         return self._pool
+
+    def _start_cluster(self, need: str) -> None:
+        """On the Ray engine, the first heavy stage starts all three at once (inference actors,
+        sandbox actors, update workers loading their trainer): their start-ups overlap each
+        other and the stages before they are needed, instead of each delaying its stage. A
+        process whose first heavy stage is `update` (a resume or replay from it) starts the
+        update workers only."""
+        if self.config.cluster.engine != "ray":
+            return
+        from populora_core.cluster import RayBackend, RaySandboxPool, RayTrainer
+
+        if need != "trainer" and self._backend is None:
+            self._backend = RayBackend(self.config, self.model_path)
+        if need != "trainer" and self._pool is None:
+            self._pool = RaySandboxPool(self.config)
+            self._pool.start()
+        if self._trainer is None:
+            self._trainer = RayTrainer(self.config, self.model_path)
+            if need != "trainer":
+                self._trainer.prestart()
 
     def serve(self, adapters: dict[str, Path]) -> None:
         """Makes the backend hold exactly ``adapters`` (id → PEFT dir); reloads changed ones only.

@@ -46,6 +46,9 @@ class InferenceConfig(_Frozen):
     (started from `.venv-vllm`, or `vllm_url`)."""
     vllm_url: str | None = None
     """`vllm`: an already running server; None starts one."""
+    vllm_args: list[str] = Field(default_factory=list)
+    """`vllm`: more arguments of the server this process (or each Ray node's inference actor)
+    starts, e.g. `[--gpu-memory-utilization, "0.45"]` when update tasks share its GPU."""
     batch_size: int = Field(16, ge=1)
     """`hf`: rows decoded together."""
     temperature: float = Field(1.0, ge=0)
@@ -127,13 +130,18 @@ class TrackingConfig(_Frozen):
 class ResourceSpec(_Frozen):
     """What one unit of a stage's work holds on a Ray node (Ray's own resource names)."""
 
-    num_cpus: float = Field(1.0, ge=0)
+    num_cpus: float | None = Field(None, ge=0)
+    """CPUs held; empty: `model.threads` (the torch threads each unit runs: holding fewer
+    oversubscribes the node, e.g. two 2-thread update tasks on 2 CPUs train slower than one
+    after the other)."""
     num_gpus: float = Field(0.0, ge=0)
     resources: dict[str, float] = Field(default_factory=dict)
     """Custom Ray resources (e.g. `{sandbox: 1}` for nodes started with `--resources`)."""
 
     def ray_options(self) -> dict:
-        """As keyword arguments of Ray's ``.options()``."""
+        """As keyword arguments of Ray's ``.options()`` (``num_cpus`` resolved: ``RunConfig.resources``)."""
+        if self.num_cpus is None:
+            raise ValueError("ResourceSpec.num_cpus unresolved: take the spec from RunConfig.resources")
         return {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "resources": dict(self.resources)}
 
 
@@ -157,7 +165,8 @@ class ClusterConfig(_Frozen):
     sandbox: ResourceSpec = ResourceSpec(num_cpus=0)
     """One sandbox-pool actor per node (validate, verify), `sandbox.workers` workers each."""
     update: ResourceSpec = ResourceSpec()
-    """One Ray task per adapter update (the adapters' updates are independent)."""
+    """One Ray task per adapter update (the adapters' updates are independent); CPUs
+    `model.threads` by default."""
     nodes: int = Field(0, ge=0)
     """Use at most this many nodes for the actors (0: every alive node with CPUs)."""
     max_retries: int = Field(3, ge=0)
@@ -214,14 +223,21 @@ class RunConfig(_Frozen):
         steps = self.grpo.minibatches * (self.baseline.matched_teachers + self.baseline.matched_students)
         return self.grpo.model_copy(update={"minibatches": steps})
 
+    def resources(self, stage: Literal["generation", "sandbox", "update"]) -> ResourceSpec:
+        """``cluster.<stage>`` with its CPUs resolved (unset: ``model.threads``)."""
+        spec: ResourceSpec = getattr(self.cluster, stage)
+        if spec.num_cpus is not None:
+            return spec
+        return spec.model_copy(update={"num_cpus": float(self.model.threads or 1)})
+
     @model_validator(mode="after")
     def _cluster_fits(self) -> RunConfig:
         if self.cluster.engine != "ray":
             return self
-        if self.inference.backend == "vllm":
+        if self.inference.backend == "vllm" and self.inference.vllm_url:
             raise ValueError(
-                "cluster.engine: ray spreads generation over inference actors of the hf backend only; "
-                "set inference.backend: hf, or cluster.engine: local with inference.vllm_url for a vLLM server"
+                "cluster.engine: ray starts a vLLM server in each node's inference actor; inference.vllm_url names "
+                "one server: leave it empty, or use cluster.engine: local with it"
             )
         if self.model.threads == 0:
             raise ValueError(

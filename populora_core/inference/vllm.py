@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -41,7 +42,8 @@ from populora_core.inference.base import (
 
 SERVED_BASE = "base"
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-DEFAULT_VENV = Path(".venv-vllm")
+DEFAULT_VENV = Path(os.environ.get("POPULORA_VLLM_VENV") or Path(__file__).resolve().parents[2] / ".venv-vllm")
+"""`make vllm-env`'s venv at the repository root (the same path on every Ray node), or $POPULORA_VLLM_VENV."""
 
 
 class VLLMUnavailable(RuntimeError):
@@ -62,6 +64,35 @@ def _post(url: str, body: dict, timeout: float) -> dict:
     except urllib.error.HTTPError as exc:
         raise RuntimeError(f"vLLM {url} answered {exc.code}: {exc.read().decode()[:500]}") from None
     return json.loads(raw) if raw.strip().startswith(("{", "[")) else {"text": raw}
+
+
+_WATCHDOG = """
+import os, signal, subprocess, sys, time
+parent, argv = int(sys.argv[1]), sys.argv[2:]
+server = subprocess.Popen(argv)
+def stop(*_):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.killpg(0, signal.SIGTERM)
+    try:
+        server.wait(timeout=25)
+    finally:
+        os.killpg(0, signal.SIGKILL)
+signal.signal(signal.SIGTERM, stop)
+while server.poll() is None:
+    if os.getppid() != parent:
+        stop()
+    time.sleep(1)
+sys.exit(server.returncode)
+"""
+"""Runs the server in its own process group and stops the whole group (the server and the
+engine processes it starts) when the process that started it is gone: a Ray inference actor
+killed or crashed restarts with a new server, and the old one must not hold the GPU. Polls
+the parent's pid, so it works whichever thread started it."""
+
+
+def _in_ray_worker() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
 
 
 class VLLMBackend:
@@ -120,7 +151,15 @@ class VLLMBackend:
         }
         self.log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"populora-vllm-{port}.log"
         log = open(self.log_path, "w")  # noqa: SIM115 - the server writes to it for its whole life
-        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # In a Ray worker (an inference actor) the server stays in the worker's process group,
+        # which Ray kills whole when the worker exits, however it exits. Elsewhere it gets its own
+        # group (Ctrl-C in a terminal does not reach it) under a watchdog that stops the group when
+        # this process is gone.
+        self._own_group = not _in_ray_worker()
+        command = [str(python), "-c", _WATCHDOG, str(os.getpid()), *argv] if self._own_group else argv
+        self.proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=self._own_group
+        )
         self._wait_healthy(startup_timeout_s)
 
     def _wait_healthy(self, timeout_s: float) -> None:
@@ -141,11 +180,19 @@ class VLLMBackend:
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            group = self._own_group
+
+            def send(sig: int) -> None:
+                if group:
+                    os.killpg(self.proc.pid, sig)
+                else:
+                    self.proc.send_signal(sig)  # the server stops its engine processes on SIGTERM
+
+            send(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                send(signal.SIGKILL)
                 self.proc.wait(timeout=30)
         self.proc = None
 

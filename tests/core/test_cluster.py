@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -31,7 +32,8 @@ def test_a_resumed_run_moves_to_the_cluster_and_back(tmp_path):
     run.set_cluster({"engine": "ray", "address": "auto"})
     assert (run.config().cluster.address, run.config().cluster.nodes) == ("auto", 2)  # merged, not replaced
     assert run.config().model_copy(update={"cluster": before.cluster}) == before  # nothing else changed
-    vllm = create_run(tmp_path, load_config(preset="cpu-tiny", overrides=["inference.backend=vllm"]), run_id="v")
+    sets = ["inference.backend=vllm", "inference.vllm_url=http://127.0.0.1:8000"]
+    vllm = create_run(tmp_path, load_config(preset="cpu-tiny", overrides=sets), run_id="v")
     written = vllm.config_file.read_bytes()
     with pytest.raises(ConfigError, match=r"cluster.engine: ray"):  # validated with the rest, nothing written
         vllm.set_cluster({"engine": "ray"})
@@ -64,11 +66,13 @@ def test_sandbox_actors_return_the_local_pools_results_in_order(private_ray):
         pool.close()
 
 
-def test_ray_with_vllm_is_refused_naming_both_fields():
+def test_ray_with_one_vllm_server_is_refused_naming_both_fields():
     from populora_core.config import ConfigError
 
-    with pytest.raises(ConfigError, match=r"cluster.engine: ray.*inference.backend: hf"):
-        load_config(preset="cpu-tiny", overrides=["cluster.engine=ray", "inference.backend=vllm"])
+    sets = ["cluster.engine=ray", "inference.backend=vllm"]
+    assert load_config(preset="cpu-tiny", overrides=sets).inference.backend == "vllm"  # a server per node
+    with pytest.raises(ConfigError, match=r"cluster.engine: ray.*inference.vllm_url"):
+        load_config(preset="cpu-tiny", overrides=[*sets, "inference.vllm_url=http://127.0.0.1:8000"])
 
 
 def test_the_ray_engine_asks_for_what_keeps_artifacts_equal():
@@ -112,3 +116,122 @@ def test_an_actor_killed_during_a_call_finishes_it_after_its_restart(private_ray
         assert ray.get(pool._actors[0].__ray_call__.remote(lambda self: os.getpid())) != pid  # restarted
     finally:
         pool.close()
+
+
+def test_update_tasks_run_in_the_workers_prestart_warmed(private_ray):
+    """`prestart` starts one update worker per slot with its trainer built; the update tasks then
+    run in those processes (no worker start-up, no model load inside `update`)."""
+    import ray
+
+    from populora_core.cluster import RayTrainer
+    from populora_core.models import resolve_model
+
+    config = load_config(preset="cpu-tiny", overrides=["cluster.engine=ray", "model.threads=1"])
+    trainer = RayTrainer(config, resolve_model(config.model.name))
+    assert trainer.slots() == min(int(ray.cluster_resources()["CPU"]), 4)  # one CPU each, at most 2 + 2 adapters
+    trainer.prestart()
+    warmed = ray.get(trainer._warming)
+    assert len({pid for _, pid in warmed}) == trainer.slots()
+    ran = trainer.map(lambda t, job: (os.getpid(), type(t).__name__, job), list(range(6)))
+    assert [job for _, _, job in ran] == list(range(6))
+    assert {name for _, name, _ in ran} == {"Trainer"}
+    assert {pid for pid, _, _ in ran} <= {pid for _, pid in warmed}
+
+
+def test_split_keeps_order_and_balances_samples():
+    from populora_core.cluster import _split
+
+    assert _split(list(range(6)), 2, [1] * 6) == [[0, 1, 2], [3, 4, 5]]
+    assert _split(list(range(4)), 2, [6, 1, 1, 1]) == [[0], [1, 2, 3]]
+    assert _split([0], 3, [4]) == [[0]]
+    pieces = _split(list(range(10)), 3, [2] * 10)
+    assert [i for p in pieces for i in p] == list(range(10)) and len(pieces) == 3
+
+
+@pytest.mark.vllm
+def test_vllm_inference_actors_serve_the_adapters_and_stop_their_server(private_ray, tmp_path):
+    """`inference.backend: vllm` on the Ray engine: each node's actor starts a vLLM server (the
+    CPU build here) and gives HF+peft's greedy tokens for every adapter; a killed actor's server
+    and the engine processes under it die with it (Ray kills a dead worker's process group)."""
+    import time
+
+    import ray
+
+    from populora_core.cluster import RayBackend
+    from populora_core.config import RatingConfig
+    from populora_core.inference.base import GenerationRequest, SamplingParams
+    from populora_core.inference.hf import HFBackend
+    from populora_core.inference.vllm import DEFAULT_VENV
+    from populora_core.models import load_model, resolve_model
+    from populora_core.population.adapters import create_population, lora_shapes_from_model, save_adapter
+    from tests.core.inference.test_vllm_parity import PROMPTS, assert_same_greedy
+
+    if not (DEFAULT_VENV / "bin" / "python").exists():
+        if os.environ.get("CI", "").lower() in ("1", "true"):
+            pytest.fail(f"CI needs the vLLM environment at {DEFAULT_VENV} (make vllm-env)")
+        pytest.skip(f"no vLLM environment at {DEFAULT_VENV} (make vllm-env)")
+    config = load_config(
+        preset="cpu-tiny", overrides=["cluster.engine=ray", "inference.backend=vllm", "model.dtype=float32"]
+    )
+    path = resolve_model(config.model.name)
+    model, tokenizer = load_model(path, dtype="float32")
+    members, adapters = create_population(
+        config.population.model_copy(update={"init_b_std": 0.02}),
+        RatingConfig(),
+        lora_shapes_from_model(model, config.population.target_modules),
+        0,
+    )
+    ids = [m.adapter_id for m in members]
+    for a in ids:
+        save_adapter(adapters[a], tmp_path / a)
+    hf = HFBackend(None, model=model, tokenizer=tokenizer, batch_size=8)
+    for a in ids:
+        hf.load_adapter(a, tmp_path / a)
+    requests = [GenerationRequest(p, adapter=a) for a in ids for p in PROMPTS]
+    params = SamplingParams(temperature=0.0, max_new_tokens=12)
+    expected = [c[0].token_ids for c in hf.generate(requests, params)]
+
+    backend = RayBackend(config, path)
+    try:
+        backend.serve({a: tmp_path / a for a in ids})
+        got = backend.generate(requests, params)
+        assert_same_greedy(hf, requests, [c[0].token_ids for c in got], expected)
+        actor = backend._actors[0]
+        server = _tree(ray.get(actor.__ray_call__.remote(lambda self: self.runtime.backend.proc.pid)))
+        assert len(server) >= 2 and _alive(server)  # the API server and its engine process
+        ray.kill(actor, no_restart=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _alive(server):
+            time.sleep(0.5)
+        assert not _alive(server)
+    finally:
+        backend.close()
+
+
+def _tree(pid: int) -> set[int]:
+    """``pid`` and every process under it."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        tree.add(p)
+        todo += children.get(p, [])
+    return tree
+
+
+def _alive(pids: set[int]) -> set[int]:
+    """Those of ``pids`` still running (not zombies)."""
+    left = set()
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                left.add(pid)
+        except OSError:
+            pass
+    return left

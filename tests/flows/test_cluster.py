@@ -43,6 +43,12 @@ def ray_cluster(faults):
     cluster.shutdown()
 
 
+def on_cluster(cluster) -> list[str]:
+    """The CLI flags of a run on ``cluster``: its 1-CPU nodes hold one update task each, which
+    keeps cpu-tiny's two torch threads (the local run's, so the artifacts stay equal)."""
+    return ["--address", cluster.address, "--set", "cluster.update.num_cpus=1"]
+
+
 def _ours() -> list[str]:
     """Our Ray actors still alive, and orphaned sandbox processes (bubblewrap or its worker,
     reparented to init: whoever started them is gone)."""
@@ -86,7 +92,7 @@ def test_a_generation_on_two_nodes_equals_the_local_run(ray_cluster, reference_r
     from populora_core.runs import RunDir
 
     args = ["train", "--preset", "cpu-tiny", "--generations", "1", "--run-id", "on-ray"]
-    result = populora([*args, "--runs-dir", str(tmp_path), "--address", ray_cluster.address], prefect_server)
+    result = populora([*args, "--runs-dir", str(tmp_path), *on_cluster(ray_cluster)], prefect_server)
     assert result.returncode == 0, result.stdout[-4000:]
     run = RunDir(tmp_path / "on-ray")
     assert run.config().cluster.engine == "ray"
@@ -114,7 +120,7 @@ def test_a_worker_killed_during_update_or_verify_costs_only_its_work(
     (faults / "update").write_text("")
     (faults / "verify").write_text(str(out))
     args = ["train", "--preset", "cpu-tiny", "--generations", "1", "--run-id", "killed", "--runs-dir", str(tmp_path)]
-    result = populora([*args, "--address", ray_cluster.address], prefect_server)
+    result = populora([*args, *on_cluster(ray_cluster)], prefect_server)
     assert result.returncode == 0, result.stdout[-4000:]
     # each fault fired (its file renamed by the worker that then killed itself)
     assert (faults / "update.fired").exists() and (faults / "verify.fired").exists(), sorted(faults.iterdir())

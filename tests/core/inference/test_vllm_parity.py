@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,7 +24,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    venv = Path(os.environ.get("POPULORA_VLLM_VENV", DEFAULT_VENV))
+    venv = DEFAULT_VENV
     if not (venv / "bin" / "python").exists():
         if os.environ.get("CI", "").lower() in ("1", "true"):
             pytest.fail(f"CI needs the vLLM environment at {venv} (make vllm-env)")
