@@ -103,8 +103,9 @@ def worker_nodes(cluster: ClusterConfig, spec: ResourceSpec | None = None, key: 
     if not nodes:
         have = [{k: v for k, v in n["Resources"].items() if not k.startswith("node:")} for n in alive]
         where = f"cluster.{key}" if key else "cluster.* resources"
-        hint = " (unset num_cpus is model.threads)" if key and spec is not None else ""
-        raise RuntimeError(f"no alive Ray node has what {spec} asks for ({where}{hint}); nodes have: {have}")
+        if key and getattr(cluster, key).num_cpus is None:
+            where += f"; num_cpus unset is model.threads: set cluster.{key}.num_cpus to hold fewer"
+        raise ConfigError(f"no alive Ray node has what {spec} asks for ({where}); nodes have: {have}")
     return nodes[: cluster.nodes] if cluster.nodes else nodes
 
 

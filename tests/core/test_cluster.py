@@ -137,6 +137,12 @@ def test_update_tasks_run_in_the_workers_prestart_warmed(private_ray):
     assert {name for _, name, _ in ran} == {"Trainer"}
     assert {pid for pid, _, _ in ran} <= {pid for _, pid in warmed}
 
+    from populora_core.config import ConfigError
+
+    too_big = load_config(preset="cpu-tiny", overrides=["cluster.engine=ray", "model.threads=64"])
+    with pytest.raises(ConfigError, match=r"cluster.update; num_cpus unset is model.threads"):
+        RayTrainer(too_big, resolve_model(config.model.name)).slots()
+
 
 def test_split_keeps_order_and_balances_samples():
     from populora_core.cluster import _split
