@@ -1,7 +1,7 @@
 """What a Ray cluster buys: the update and verify stages on one node against two, and the cost
 of Ray itself on a whole generation.
 
-    python benchmarks/cluster_scaling.py [--quick] [--source RUN]
+    python benchmarks/cluster_scaling.py [--quick] [--source RUN] [--only update|verify|overhead]
 
 Clusters are real Ray clusters on this machine (``ray.cluster_utils.Cluster``), one CPU per
 node, with ``model.threads=1`` so a node's work uses its one CPU:
@@ -16,7 +16,8 @@ node, with ``model.threads=1`` so a node's work uses its one CPU:
    (``cluster.RaySandboxPool``, one sandbox worker per node), median of 3 passes;
    ``verify_speedup_2_nodes``.
 3. ``ray_overhead_ratio``: generation 0 of a new cpu-tiny run, every stage, on a one-node Ray
-   cluster holding both CPUs over the same generation on the local engine (threads 2): the
+   cluster holding both CPUs over the same generation on the local engine (threads 2), each
+   in a fresh process (the first in one process would pay the second's imports): the
    first generation pays the Ray processes' start-up (imports, model loads), which the local
    engine's one process pays before its first stage too, but only once.
    ``ray_overhead_ratio_next_generation``: generation 1 of the same runs (actors and update
@@ -32,6 +33,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -146,56 +148,86 @@ def verify_seconds(jobs: list, nodes: int, passes: int) -> float:
 
 
 def generation_seconds(work: Path, engine: str) -> tuple[float, float]:
-    """Seconds of generations 0 and 1 of a new cpu-tiny run, every stage, in a fresh process state."""
-
-    def two(run: RunDir) -> tuple[float, float]:
-        last = table.stage_names()[-1]
-        return stages_until(run, last, 0), stages_until(run, last, 1)
-
-    if engine == "local":
-        run = create_run(work, load_config(preset="cpu-tiny"), run_id="overhead-local")
-        seconds = two(run)
-        from populora_core.runtime import close_runtimes
-
-        close_runtimes()
-    else:
-        with RayCluster(1, os.cpu_count() or 2) as cluster:  # started before the timing: it is there already
-            sets = ["cluster.engine=ray", f"cluster.address={json.dumps(cluster.address)}"]
-            run = create_run(work, load_config(preset="cpu-tiny", overrides=sets), run_id="overhead-ray")
-            seconds = two(run)  # joining the cluster included
+    """Seconds of generations 0 and 1 of a new cpu-tiny run, every stage, in a fresh process
+    (both engines pay their imports and model loads inside the timing, as `populora train` does)."""
+    code = (
+        "import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+        "from benchmarks.cluster_scaling import _generations; "
+        "print(json.dumps(_generations(Path(sys.argv[2]), sys.argv[3])))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(REPO), str(work), engine], capture_output=True, text=True, check=True
+    ).stdout
+    seconds = tuple(json.loads(out.strip().splitlines()[-1]))
     log(f"  cpu-tiny generations 0 and 1 on {engine}: {seconds[0]:.1f} s, {seconds[1]:.1f} s")
     return seconds
+
+
+def _generations(work: Path, engine: str) -> tuple[float, float]:
+    last = table.stage_names()[-1]
+    if engine == "local":
+        run = create_run(work, load_config(preset="cpu-tiny"), run_id="overhead-local")
+        return stages_until(run, last, 0), stages_until(run, last, 1)
+    with RayCluster(1, os.cpu_count() or 2) as cluster:  # started before the timing: it is there already
+        sets = ["cluster.engine=ray", f"cluster.address={json.dumps(cluster.address)}"]
+        run = create_run(work, load_config(preset="cpu-tiny", overrides=sets), run_id="overhead-ray")
+        return stages_until(run, last, 0), stages_until(run, last, 1)  # joining the cluster included
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="cpu-tiny's update, 500 verify jobs, 1 pass")
     parser.add_argument("--source", help="a run whose generation 0 went through `reward` (for the update stage)")
+    parser.add_argument("--only", choices=["update", "verify", "overhead"], help="measure one part only")
     args = parser.parse_args()
     figures: dict = {"quick": args.quick}
     with tempfile.TemporaryDirectory(prefix="cluster-scaling-") as tmp:
         work = Path(tmp)
-        log("update stage, 1 node vs 2 nodes (1 CPU each):")
-        source = source_run(args, work)
-        one, trained = update_seconds(source, 1, work)
-        two, _ = update_seconds(source, 2, work)
-        figures |= {"update_s_1_node": round(one, 1), "update_s_2_nodes": round(two, 1), "adapters_trained": trained}
-        figures["update_speedup_2_nodes"] = round(one / two, 2)
-
-        jobs = cruxeval_jobs(500 if args.quick else 2000)
-        passes = 1 if args.quick else 3
-        log(f"verify stage, {len(jobs)} answer checks, 1 node vs 2 nodes (1 sandbox worker each):")
-        one, two = verify_seconds(jobs, 1, passes), verify_seconds(jobs, 2, passes)
-        figures |= {"verify_s_1_node": round(one, 2), "verify_s_2_nodes": round(two, 2)}
-        figures["verify_speedup_2_nodes"] = round(one / two, 2)
-
-        log("a whole cpu-tiny generation, local engine vs a one-node Ray cluster:")
-        local, ray_ = generation_seconds(work, "local"), generation_seconds(work, "ray")
-        figures |= {"generation_s_local": round(local[0], 1), "generation_s_ray_1_node": round(ray_[0], 1)}
-        figures["ray_overhead_ratio"] = round(ray_[0] / local[0], 2)
-        figures |= {"next_generation_s_local": round(local[1], 1), "next_generation_s_ray": round(ray_[1], 1)}
-        figures["ray_overhead_ratio_next_generation"] = round(ray_[1] / local[1], 2)
+        if args.only in (None, "update"):
+            figures |= update_figures(args, work)
+        if args.only in (None, "verify"):
+            figures |= verify_figures(args)
+        if args.only in (None, "overhead"):
+            figures |= overhead_figures(work)
     print(json.dumps(figures))
+
+
+def update_figures(args: argparse.Namespace, work: Path) -> dict:
+    log("update stage, 1 node vs 2 nodes (1 CPU each):")
+    source = source_run(args, work)
+    one, trained = update_seconds(source, 1, work)
+    two, _ = update_seconds(source, 2, work)
+    return {
+        "update_s_1_node": round(one, 1),
+        "update_s_2_nodes": round(two, 1),
+        "adapters_trained": trained,
+        "update_speedup_2_nodes": round(one / two, 2),
+    }
+
+
+def verify_figures(args: argparse.Namespace) -> dict:
+    jobs = cruxeval_jobs(500 if args.quick else 2000)
+    passes = 1 if args.quick else 3
+    log(f"verify stage, {len(jobs)} answer checks, 1 node vs 2 nodes (1 sandbox worker each):")
+    one, two = verify_seconds(jobs, 1, passes), verify_seconds(jobs, 2, passes)
+    return {
+        "verify_s_1_node": round(one, 2),
+        "verify_s_2_nodes": round(two, 2),
+        "verify_speedup_2_nodes": round(one / two, 2),
+    }
+
+
+def overhead_figures(work: Path) -> dict:
+    log("a whole cpu-tiny generation, local engine vs a one-node Ray cluster, each in a fresh process:")
+    local, ray_ = generation_seconds(work, "local"), generation_seconds(work, "ray")
+    return {
+        "generation_s_local": round(local[0], 1),
+        "generation_s_ray_1_node": round(ray_[0], 1),
+        "ray_overhead_ratio": round(ray_[0] / local[0], 2),
+        "next_generation_s_local": round(local[1], 1),
+        "next_generation_s_ray": round(ray_[1], 1),
+        "ray_overhead_ratio_next_generation": round(ray_[1] / local[1], 2),
+    }
 
 
 if __name__ == "__main__":
