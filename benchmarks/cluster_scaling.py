@@ -156,7 +156,7 @@ def generation_seconds(work: Path, engine: str) -> tuple[float, float]:
         "print(json.dumps(_generations(Path(sys.argv[2]), sys.argv[3])))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code, str(REPO), str(work), engine], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code, str(REPO), str(work), engine], stdout=subprocess.PIPE, text=True, check=True
     ).stdout
     seconds = tuple(json.loads(out.strip().splitlines()[-1]))
     log(f"  cpu-tiny generations 0 and 1 on {engine}: {seconds[0]:.1f} s, {seconds[1]:.1f} s")

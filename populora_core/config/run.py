@@ -131,9 +131,9 @@ class ResourceSpec(_Frozen):
     """What one unit of a stage's work holds on a Ray node (Ray's own resource names)."""
 
     num_cpus: float | None = Field(None, ge=0)
-    """CPUs held; empty: `model.threads` (the torch threads each unit runs: holding fewer
-    oversubscribes the node, e.g. two 2-thread update tasks on 2 CPUs train slower than one
-    after the other)."""
+    """CPUs held; empty: `model.threads` for `update` (the torch threads each task runs:
+    holding fewer oversubscribes the node, e.g. two 2-thread update tasks on 2 CPUs train
+    slower than one after the other), 0 for the long-lived `generation` and `sandbox` actors."""
     num_gpus: float = Field(0.0, ge=0)
     resources: dict[str, float] = Field(default_factory=dict)
     """Custom Ray resources (e.g. `{sandbox: 1}` for nodes started with `--resources`)."""
@@ -159,10 +159,10 @@ class ClusterConfig(_Frozen):
     """Ray cluster to join: `auto` (a cluster started on this machine with `ray start`),
     `ray://host:10001` (Ray Client), `host:6379`; empty: start a private Ray on this machine
     for the process's lifetime (dashboard off)."""
-    generation: ResourceSpec = ResourceSpec(num_cpus=0)
-    """One inference actor per node (propose, solve). CPUs 0 by default: the actor sleeps while
+    generation: ResourceSpec = ResourceSpec()
+    """One inference actor per node (propose, solve). CPUs 0 unless set: the actor sleeps while
     the other stages run, and holding a CPU would starve the update tasks on small nodes."""
-    sandbox: ResourceSpec = ResourceSpec(num_cpus=0)
+    sandbox: ResourceSpec = ResourceSpec()
     """One sandbox-pool actor per node (validate, verify), `sandbox.workers` workers each."""
     update: ResourceSpec = ResourceSpec()
     """One Ray task per adapter update (the adapters' updates are independent); CPUs
@@ -224,11 +224,13 @@ class RunConfig(_Frozen):
         return self.grpo.model_copy(update={"minibatches": steps})
 
     def resources(self, stage: Literal["generation", "sandbox", "update"]) -> ResourceSpec:
-        """``cluster.<stage>`` with its CPUs resolved (unset: ``model.threads``)."""
+        """``cluster.<stage>`` with its CPUs resolved (unset: ``model.threads`` for update, 0 for
+        the actors, which sleep between their stages)."""
         spec: ResourceSpec = getattr(self.cluster, stage)
         if spec.num_cpus is not None:
             return spec
-        return spec.model_copy(update={"num_cpus": float(self.model.threads or 1)})
+        cpus = float(self.model.threads or 1) if stage == "update" else 0.0
+        return spec.model_copy(update={"num_cpus": cpus})
 
     @model_validator(mode="after")
     def _cluster_fits(self) -> RunConfig:

@@ -82,6 +82,8 @@ while server.poll() is None:
     if os.getppid() != parent:
         stop()
     time.sleep(1)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+os.killpg(0, signal.SIGTERM)  # engine processes the server left
 sys.exit(server.returncode)
 """
 """Runs the server in its own process group and stops the whole group (the server and the
