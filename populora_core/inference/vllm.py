@@ -143,6 +143,12 @@ class VLLMBackend:
             "--dtype", dtype, "--max-model-len", str(max_model_len), "--enforce-eager",
             *extra_args,
         ]  # fmt: skip
+        self.log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"populora-vllm-{port}.log"
+        self._spawn(argv)
+        self._wait_healthy(startup_timeout_s)
+
+    def _spawn(self, argv: list[str]) -> None:
+        """Starts the server (``argv``) with its environment, output to ``self.log_path``."""
         env = {
             **os.environ,
             "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1",
@@ -151,18 +157,16 @@ class VLLMBackend:
             "DO_NOT_TRACK": "1",
             "HF_HUB_OFFLINE": "1",
         }
-        self.log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"populora-vllm-{port}.log"
         log = open(self.log_path, "w")  # noqa: SIM115 - the server writes to it for its whole life
         # In a Ray worker (an inference actor) the server stays in the worker's process group,
         # which Ray kills whole when the worker exits, however it exits. Elsewhere it gets its own
         # group (Ctrl-C in a terminal does not reach it) under a watchdog that stops the group when
         # this process is gone.
         self._own_group = not _in_ray_worker()
-        command = [str(python), "-c", _WATCHDOG, str(os.getpid()), *argv] if self._own_group else argv
+        command = [argv[0], "-c", _WATCHDOG, str(os.getpid()), *argv] if self._own_group else argv
         self.proc = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=self._own_group
         )
-        self._wait_healthy(startup_timeout_s)
 
     def _wait_healthy(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
