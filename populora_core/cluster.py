@@ -82,12 +82,7 @@ def connect(cluster: ClusterConfig) -> None:
     else:
         # "local": a new Ray even when another runs on this machine (address=None would join the
         # one `ray start` or an earlier private cluster recorded in /tmp/ray/ray_current_cluster)
-        ray.init(
-            address="local",
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            **kwargs,
-        )
+        ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1", **kwargs)
 
 
 def worker_nodes(cluster: ClusterConfig, spec: ResourceSpec | None = None, key: str = "") -> list[str]:
