@@ -19,11 +19,12 @@ primitives, each a drop-in for the local object of ``runtime.Runtime``:
 - ``RayTrainer`` (update): one Ray task per adapter (``learn.train_one``), each in a Ray
   worker that keeps its trainer (the base model) between tasks.
 
-Faults are Ray's to handle: an update task whose worker or node dies is re-run
-(``max_retries``: it starts again from the same snapshot with the same seed, and writes
-its adapter atomically), an actor whose process dies is restarted and its pending calls
-retried (``max_restarts``, ``max_task_retries``); a restarted inference actor reloads the
-adapters it is asked to serve (a killed actor's vLLM server dies with it). Actors are
+Faults: an update task whose worker or node dies is re-run by Ray (``max_retries``: it
+starts again from the same snapshot with the same seed, and writes its adapter
+atomically); an actor whose process or node dies is restarted by Ray (on another node if
+its own is gone), and the work it was doing is sent again by ``actor_calls.map_ordered`` to whichever
+actor is ready; a restarted inference actor reloads the adapters it is asked to serve (a
+killed actor's vLLM server dies with it). Actors are
 owned by the driver: they, and the sandbox workers under them (bubblewrap
 ``--die-with-parent``, Docker containers removed on close), end with it.
 
@@ -32,6 +33,7 @@ Every node must see the run directory and the base model at the same paths.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import math
 import os
@@ -43,6 +45,7 @@ from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
+from populora_core.actor_calls import close_actors, map_ordered, split_weighted
 from populora_core.config import ClusterConfig, ConfigError, ResourceSpec, RunConfig
 from populora_core.inference.base import Completion, GenerationRequest, SamplingParams
 
@@ -83,6 +86,17 @@ def connect(cluster: ClusterConfig) -> None:
         # "local": a new Ray even when another runs on this machine (address=None would join the
         # one `ray start` or an earlier private cluster recorded in /tmp/ray/ray_current_cluster)
         ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1", **kwargs)
+    atexit.register(_close_runtimes)
+
+
+def _close_runtimes() -> None:
+    """The process's runtimes (their actors) closed while Ray is still up: registered after
+    Ray's own exit hook, it runs before it. ``runtime``'s hook, registered at import, runs
+    after Ray's shutdown, where an actor call re-initialises Ray (seen: the driver then
+    crashed with SIGSEGV at exit, after a run whose node was lost, 2 of 6 times)."""
+    from populora_core.runtime import close_runtimes
+
+    close_runtimes()
 
 
 def worker_nodes(cluster: ClusterConfig, spec: ResourceSpec | None = None, key: str = "") -> list[str]:
@@ -128,22 +142,10 @@ def _per_node(cls: type, config: RunConfig, key: str, *args: Any) -> list:
             **spec.ray_options(),
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
             max_restarts=-1,  # the actors live as long as the run: a restart budget would run out
-            max_task_retries=cluster.max_retries,
+            max_task_retries=0,  # a lost call is sent again by `map_ordered`, to an actor that is back
         ).remote(*args)
         for node in worker_nodes(cluster, spec, key)
     ]
-
-
-def _ordered(actors: list, call: Callable[[Any, T], Any], chunks: Sequence[Sequence], desc: str | None) -> list:
-    """``call(actor, chunk)`` for every chunk over the actors (``ActorPool``), results in order."""
-    from ray.util import ActorPool
-
-    results = []
-    with tqdm(total=sum(map(len, chunks)), desc=desc, unit="sample", disable=desc is None, leave=False) as bar:
-        for chunk, result in zip(chunks, ActorPool(actors).map(call, chunks), strict=True):
-            results.append(result)
-            bar.update(len(chunk))
-    return results
 
 
 # generation ----------------------------------------------------------------------
@@ -155,6 +157,10 @@ class _InferenceActor:
 
         self.runtime = get_runtime(_local(RunConfig.model_validate_json(config_json)), Path(model_path))
         self.served: dict[str, str] = {}
+
+    def ready(self) -> bool:
+        """Answers once the actor is constructed (``map_ordered``'s probe after a loss)."""
+        return True
 
     def _serve(self, adapters: dict[str, str]) -> None:
         if adapters != self.served:  # a new generation's adapters, or a restarted actor
@@ -189,6 +195,7 @@ class RayBackend:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.batch_size = config.inference.batch_size
         self.vllm = config.inference.backend == "vllm"
+        self.cluster = config.cluster
         self.adapters: dict[str, str] = {}
         self._actors = _per_node(_InferenceActor, config, "generation", config.model_dump_json(), str(model_path))
 
@@ -209,48 +216,23 @@ class RayBackend:
             return []
         if self.vllm:  # vLLM batches continuously: one share of the requests per node, sent at once
             shared = ray.put((self.adapters, list(requests), None, params))
-            shares = _split(list(range(len(requests))), len(self._actors), [r.n for r in requests])
+            shares = split_weighted(list(range(len(requests))), len(self._actors), [r.n for r in requests])
             call = lambda actor, share: actor.generate_requests.remote(shared, share)  # noqa: E731
-            return [c for result in _ordered(self._actors, call, shares, progress) for c in result]
+            return [c for result in map_ordered(self._actors, call, shares, progress, self.cluster) for c in result]
         prompts = [encode_prompt(self.tokenizer, r) for r in requests]
         batches = plan_batches(requests, prompts, self.batch_size)
         shared = ray.put((self.adapters, list(requests), prompts, params))
         call = lambda actor, batch: actor.generate_batch.remote(shared, batch)  # noqa: E731
         out = {}
-        for batch, completions in zip(batches, _ordered(self._actors, call, batches, progress), strict=True):
+        for batch, completions in zip(
+            batches, map_ordered(self._actors, call, batches, progress, self.cluster), strict=True
+        ):
             out.update(zip(batch, completions, strict=True))
         return gather(requests, out)
 
     def close(self) -> None:
-        _close(self._actors)  # a vLLM server stopped
+        close_actors(self._actors)  # a vLLM server stopped
         self._actors = []
-
-
-def _split(items: list[T], parts: int, weights: Sequence[int]) -> list[list[T]]:
-    """``items`` in order, cut into at most ``parts`` contiguous pieces of about equal total weight."""
-    total, pieces, piece, acc = sum(weights), [], [], 0
-    for item, weight in zip(items, weights, strict=True):
-        piece.append(item)
-        acc += weight
-        if acc * parts >= total * (len(pieces) + 1) and len(pieces) < parts - 1:
-            pieces.append(piece)
-            piece = []
-    return [*pieces, piece] if piece else pieces
-
-
-def _close(actors: list) -> None:
-    """The actors' own ``close`` (what they started, stopped), then the actors killed."""
-    import ray
-
-    try:
-        ray.get([a.close.remote() for a in actors], timeout=60)
-    except Exception:  # noqa: BLE001 - a dead actor's processes died with it
-        pass
-    for actor in actors:
-        try:
-            ray.kill(actor)
-        except Exception:  # noqa: BLE001 - already gone with its node
-            pass
 
 
 # sandbox -------------------------------------------------------------------------
@@ -266,6 +248,9 @@ class _SandboxActor:
 
     def run(self, jobs: list) -> list:
         return self.pool.run(jobs)
+
+    def ready(self) -> bool:
+        return True
 
     def stats(self) -> dict:
         return dataclasses.asdict(self.pool.stats)
@@ -301,11 +286,11 @@ class RaySandboxPool:
             return []
         size = max(1, min(self.CHUNK, math.ceil(len(jobs) / (4 * len(self._actors)))))
         chunks = [list(jobs[i : i + size]) for i in range(0, len(jobs), size)]
-        results = _ordered(self._actors, lambda a, c: a.run.remote(c), chunks, None)
+        results = map_ordered(self._actors, lambda a, c: a.run.remote(c), chunks, None, self.config.cluster)
         return [r for chunk in results for r in chunk]
 
     def close(self) -> None:
-        _close(self._actors)  # workers stopped, containers removed
+        close_actors(self._actors)  # workers stopped, containers removed
         self._actors = []
 
 

@@ -170,7 +170,11 @@ class ClusterConfig(_Frozen):
     nodes: int = Field(0, ge=0)
     """Use at most this many nodes for the actors (0: every alive node with CPUs)."""
     max_retries: int = Field(3, ge=0)
-    """Times Ray re-runs an update task or restarts an actor whose process or node died."""
+    """Times an update task, or a piece of a stage's work sent to an actor, is run again after
+    its process or node died (actors themselves are restarted without limit)."""
+    restart_timeout_s: float = Field(900.0, gt=0)
+    """How long a stage waits for a lost actor to come back (restarted on its node or, the
+    node gone, on another) before going on without it."""
 
 
 class RunConfig(_Frozen):

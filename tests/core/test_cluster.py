@@ -145,7 +145,7 @@ def test_update_tasks_run_in_the_workers_prestart_warmed(private_ray):
 
 
 def test_split_keeps_order_and_balances_samples():
-    from populora_core.cluster import _split
+    from populora_core.actor_calls import split_weighted as _split
 
     assert _split(list(range(6)), 2, [1] * 6) == [[0, 1, 2], [3, 4, 5]]
     assert _split(list(range(4)), 2, [6, 1, 1, 1]) == [[0], [1, 2, 3]]
@@ -242,3 +242,124 @@ def _alive(pids: set[int]) -> set[int]:
         except OSError:
             pass
     return left
+
+
+def _flaky_actor(marks: Path):
+    """An actor class whose start takes 2 s (a model load) and whose `work` dies on demand: on a
+    chunk ``("die-once", name)`` while ``marks/name`` exists (removing it), on ``"die"`` always;
+    dying on a chunk named ``then-stay-down``, it makes every later start hang (never ready)."""
+    import time
+
+    class Flaky:
+        def __init__(self) -> None:
+            time.sleep(60 if (marks / "stay-down").exists() else 2)
+
+        def ready(self) -> bool:
+            return True
+
+        def work(self, chunk: tuple) -> tuple:
+            kind, name = chunk
+            if kind == "die" or (kind == "die-once" and (marks / name).exists()):
+                (marks / name).unlink(missing_ok=True)
+                if name == "then-stay-down":
+                    (marks / "stay-down").touch()
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(0.1)
+            return chunk
+
+    return Flaky
+
+
+def _flaky_actors(marks: Path, n: int) -> list:
+    import ray
+
+    actors = [ray.remote(_flaky_actor(marks)).options(max_restarts=-1, max_task_retries=0).remote() for _ in range(n)]
+    ray.get([a.ready.remote() for a in actors])
+    return actors
+
+
+def test_work_survives_actors_lost_during_a_slow_restart(private_ray, tmp_path):
+    """A lost actor's piece is sent again once an actor is ready; a piece that kills whoever
+    runs it, and losing every actor for good, end the stage with a clear error."""
+    from populora_core.actor_calls import map_ordered
+
+    cluster = load_config(overrides=["cluster.max_retries=1", "cluster.restart_timeout_s=8"]).cluster
+    actors = _flaky_actors(tmp_path, 2)
+    (tmp_path / "a").touch()
+    (tmp_path / "b").touch()
+    chunks = [("ok", str(i)) for i in range(10)]
+    chunks[2], chunks[7] = ("die-once", "a"), ("die-once", "b")
+    assert map_ordered(actors, lambda a, c: a.work.remote(c), chunks, None, cluster) == chunks
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # each killed the actor that ran it, once
+
+    with pytest.raises(RuntimeError, match=r"lost its actor 2 times \(cluster.max_retries 1\)"):
+        map_ordered(actors, lambda a, c: a.work.remote(c), [("ok", "0"), ("die", "x")], None, cluster)
+
+    try:
+        patient = cluster.model_copy(update={"max_retries": 5})  # the piece kills both, neither comes back
+        with pytest.raises(RuntimeError, match=r"every actor was lost.*cluster.restart_timeout_s \(8 s\)"):
+            map_ordered(actors, lambda a, c: a.work.remote(c), [("die", "then-stay-down")], None, patient)
+    finally:
+        import ray
+
+        for actor in actors:
+            ray.kill(actor)
+
+
+def test_work_survives_the_loss_of_a_whole_node(private_ray, tmp_path):
+    """An actor's node is removed (raylet and all) during a call: Ray restarts the actor on the
+    other node and the call is sent again there. With Ray's own retries instead (ActorPool,
+    ``max_task_retries=3``) this raised ``ActorUnavailableError``."""
+    import threading
+
+    import ray
+    from ray.cluster_utils import Cluster
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from populora_core.actor_calls import map_ordered
+
+    ray.shutdown()  # this test's own two-node cluster; the module's private Ray starts again after
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        node = cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False)
+        there = NodeAffinitySchedulingStrategy(node.node_id, soft=True)
+        actor = ray.remote(_flaky_actor(tmp_path)).options(
+            max_restarts=-1, max_task_retries=0, scheduling_strategy=there
+        )
+        actor = actor.remote()
+        where = lambda: ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))  # noqa: E731
+        assert where() == node.node_id
+        chunks = [("ok", str(i)) for i in range(30)]  # ~3 s of work
+        threading.Timer(1.0, cluster.remove_node, (node,), {"allow_graceful": False}).start()
+        assert map_ordered([actor], lambda a, c: a.work.remote(c), chunks, None, load_config().cluster) == chunks
+        assert where() == cluster.head_node.node_id
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def test_runtimes_close_their_actors_before_ray_shuts_down_at_exit(tmp_path):
+    """The process's runtimes are closed at exit while Ray is still connected: after Ray's own
+    exit hook an actor call re-initialises Ray (and a driver crashed with SIGSEGV at exit)."""
+    import subprocess
+    import sys
+
+    script = f"""
+from pathlib import Path
+from populora_core import runtime
+from populora_core.cluster import connect
+from populora_core.config import load_config
+
+class Probe:
+    def close(self):
+        import ray
+        Path({str(tmp_path / "closed")!r}).write_text(str(ray.is_initialized()))
+
+runtime._RUNTIMES["probe"] = Probe()
+connect(load_config(preset="cpu-tiny", overrides=["cluster.engine=ray"]).cluster)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "closed").read_text() == "True"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -89,7 +90,10 @@ def install_worker_faults(directory: str) -> None:
     - ``update``: the worker dies half-way through writing the adapter it has just trained
       (its weights in the temp directory, nothing else);
     - ``verify`` (holding a run directory): a sandbox actor dies on a batch of jobs once that
-      run's ``gen_0000/rollouts.parquet`` exists (the verify stage, not validate).
+      run's ``gen_0000/rollouts.parquet`` exists (the verify stage, not validate);
+    - ``node`` (holding a run directory): a sandbox actor on a batch of that run's verify
+      stage writes its node's id into ``node.fired`` and waits there, its batch in flight,
+      for the test to remove the whole node (``ray.cluster_utils.Cluster.remove_node``).
     """
     from populora_core.sandbox import SandboxPool
     from populora_core.stages import learn
@@ -103,10 +107,19 @@ def install_worker_faults(directory: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         return written
 
+    def verifying(run_dir: str) -> bool:
+        return (Path(run_dir) / "gen_0000" / "rollouts.parquet").exists()
+
     def dying_run(self, jobs):
-        arm = armed / "verify"
-        if arm.exists() and (Path(arm.read_text()) / "gen_0000" / "rollouts.parquet").exists() and _fire(arm):
+        arm, node = armed / "verify", armed / "node"
+        if arm.exists() and verifying(arm.read_text()) and _fire(arm):
             os.kill(os.getpid(), signal.SIGKILL)
+        if node.exists() and verifying(node.read_text()) and _fire(node):
+            import ray
+
+            (armed / "node.id.tmp").write_text(ray.get_runtime_context().get_node_id())
+            (armed / "node.id.tmp").rename(armed / "node.fired.id")  # whole, for the test to read
+            time.sleep(600)  # dies here with its node; a test that never removes it fails on time
         return run(self, jobs)
 
     learn.save_adapter = dying_save

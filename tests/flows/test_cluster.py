@@ -1,12 +1,14 @@
 """Generations on a real two-node Ray cluster on this machine (``ray.cluster_utils.Cluster``,
 one CPU per node), driven by the real CLI and a real Prefect server: the artifacts and
-adapters equal the local engine's, both nodes work, a worker killed during update or verify
-costs only its own work, and nothing is left running."""
+adapters equal the local engine's, both nodes work, a worker killed during update or verify,
+or a whole node lost during verify, costs only its own work, and nothing is left running."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -25,22 +27,65 @@ def faults(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("worker-faults")
 
 
+@contextlib.contextmanager
+def _node_env(faults: Path):
+    """The environment Ray nodes started inside take (and pass to their workers)."""
+    saved = dict(os.environ)
+    os.environ.update(worker_fault_env(faults), HF_HUB_OFFLINE="1")
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+SANDBOX_NODE = {"sandbox_node": 1}
+"""A resource of the worker nodes only: ``cluster.sandbox.resources`` naming it keeps the
+sandbox actors off the head, whose loss would end the cluster."""
+
+
 @pytest.fixture(scope="module")
 def ray_cluster(faults):
     """Two Ray nodes (head + one), one CPU each; their workers take the faults armed in ``faults``."""
     from ray.cluster_utils import Cluster
 
-    saved = dict(os.environ)
-    os.environ.update(worker_fault_env(faults), HF_HUB_OFFLINE="1")
-    try:
+    with _node_env(faults):
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-        cluster.add_node(num_cpus=1)
+        cluster.add_node(num_cpus=1, resources=SANDBOX_NODE)
         cluster.wait_for_nodes()
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
     yield cluster
     cluster.shutdown()
+
+
+@contextlib.contextmanager
+def _a_node_lost_during_verify(cluster, faults: Path, run_dir: Path):
+    """One more worker node, and whichever worker node's sandbox actor gets a batch of
+    ``run_dir``'s verify stage is removed whole (raylet, workers and all: a machine lost) with
+    that batch in flight. Yields a list that gets the removed node's id."""
+    with _node_env(faults):
+        cluster.add_node(num_cpus=1, resources=SANDBOX_NODE)
+        cluster.wait_for_nodes()
+    (faults / "node").write_text(str(run_dir))
+    removed: list[str] = []
+    done = threading.Event()
+
+    def remove_when_fired() -> None:
+        fired = faults / "node.fired.id"
+        while not done.is_set():
+            if fired.exists():
+                node = next(n for n in cluster.worker_nodes if n.node_id == fired.read_text())
+                cluster.remove_node(node, allow_graceful=False)
+                removed.append(node.node_id)
+                return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=remove_when_fired, daemon=True)
+    killer.start()
+    try:
+        yield removed
+    finally:
+        done.set()
+        killer.join(timeout=60)
 
 
 def on_cluster(cluster) -> list[str]:
@@ -111,7 +156,7 @@ def test_a_generation_on_two_nodes_equals_the_local_run(ray_cluster, reference_r
     assert not _wait_until_gone(), _ours()
 
 
-def test_a_worker_killed_during_update_or_verify_costs_only_its_work(
+def test_a_worker_killed_during_update_or_verify_or_a_node_lost_costs_only_its_work(
     ray_cluster, faults, reference_run, prefect_server, tmp_path
 ):
     from populora_core.runs import RunDir
@@ -120,10 +165,14 @@ def test_a_worker_killed_during_update_or_verify_costs_only_its_work(
     (faults / "update").write_text("")
     (faults / "verify").write_text(str(out))
     args = ["train", "--preset", "cpu-tiny", "--generations", "1", "--run-id", "killed", "--runs-dir", str(tmp_path)]
-    result = populora([*args, *on_cluster(ray_cluster)], prefect_server)
+    sandboxes = ["--set", "cluster.sandbox.resources={sandbox_node: 0.5}"]  # on the two worker nodes
+    with _a_node_lost_during_verify(ray_cluster, faults, out) as removed:
+        result = populora([*args, *on_cluster(ray_cluster), *sandboxes], prefect_server)
     assert result.returncode == 0, result.stdout[-4000:]
-    # each fault fired (its file renamed by the worker that then killed itself)
-    assert (faults / "update.fired").exists() and (faults / "verify.fired").exists(), sorted(faults.iterdir())
+    # each fault fired (its file renamed by the worker that then killed itself, or waited for
+    # its node to be removed)
+    fired = {name: (faults / f"{name}.fired").exists() for name in ("update", "verify", "node")}
+    assert all(fired.values()) and removed, (fired, removed)
     _assert_same_generation(RunDir(out), reference_run)
     assert not [p for p in out.rglob("*") if ".tmp-" in p.name], "a killed attempt's temp files are left"
     assert not _wait_until_gone(), _ours()
