@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import stat
 import subprocess
 from pathlib import Path
@@ -71,12 +72,32 @@ def _popen_worker(argv: list[str], env: dict[str, str], name: str, index: int, *
     )
 
 
+def _descendants(pid: int) -> list[int]:
+    """The processes under ``pid``, parents first (``/proc/PID/task/TID/children``)."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop(0)
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            todo += children
+    return found
+
+
 def _kill_popen(proc: subprocess.Popen) -> None:
+    """Kills the worker and every process under it. Killing bubblewrap alone is not enough:
+    a worker stopped while bubblewrap starts (a job's deadline can pass before a slow start
+    ends) left bubblewrap's namespace init waiting forever for its parent's signal,
+    reparented to init (seen in the test suite)."""
     if proc.poll() is None:
-        try:
-            proc.kill()
-        except OSError:
-            pass
+        for pid in [proc.pid, *_descendants(proc.pid)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
     for stream in (proc.stdin, proc.stdout):
         try:
             if stream:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import time
 
 import pytest
 
 from populora_core.config import SandboxConfig
 from populora_core.sandbox import Job, SandboxPool, SandboxUnavailable, run_jobs
+from populora_core.sandbox.backends import get_backend
 from populora_core.sandbox.base import SHM_MB, TMPFS_MB
 from populora_core.sandbox.docker_backend import Demux
 from tests.conftest import docker_client, start_pool
@@ -56,6 +59,28 @@ def test_hung_worker_is_replaced_and_job_retried_once(backend):
         pool.close()
     if backend == "docker":
         assert not [c for c in docker_client().containers.list(all=True) if pool.backend.run_tag in c.name]
+
+
+def _orphaned_sandboxes() -> set[str]:
+    """Live (not zombie) bubblewrap processes whose parent is gone (reparented to init)."""
+    out = subprocess.run(["ps", "-eo", "pid,ppid,stat,args"], capture_output=True, text=True, check=True).stdout
+    rows = [line.split(None, 3) for line in out.splitlines()[1:]]
+    return {pid for pid, ppid, stat, args in rows if ppid == "1" and "Z" not in stat and "bwrap" in args}
+
+
+def test_a_worker_stopped_while_it_starts_leaves_no_process():
+    """Stopped a few milliseconds after its start, before bubblewrap's namespace init got
+    its parent's go-ahead: killing bubblewrap alone left that init waiting forever (5 of 140
+    stops here)."""
+    backend = get_backend(SandboxConfig(backend="local", workers=1))
+    before = _orphaned_sandboxes()
+    for i in range(140):
+        worker = backend.start(0)
+        time.sleep((0, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016)[i % 7])
+        backend.stop(worker)
+        worker.handle.wait()
+    time.sleep(0.5)
+    assert not _orphaned_sandboxes() - before
 
 
 @pytest.mark.docker
