@@ -3,6 +3,7 @@ surviving lost actors and lost nodes; shares of work, and closing actors."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
@@ -13,16 +14,27 @@ from tqdm.auto import tqdm
 from populora_core.config import ClusterConfig
 
 T = TypeVar("T")
+C = TypeVar("C", bound=Sequence)
+log = logging.getLogger(__name__)
+
+
+def lost_errors() -> tuple[type[Exception], ...]:
+    """What a call whose actor (or its node, or its process's memory) was lost raises."""
+    from ray.exceptions import NodeDiedError, ObjectLostError, OutOfMemoryError, RayActorError
+
+    return RayActorError, OutOfMemoryError, NodeDiedError, ObjectLostError
 
 
 class _Probes:
-    """Actors lost during a stage, asked ``ready`` until they answer (restarted), once a
-    second, each given up ``timeout_s`` after it was lost."""
+    """Actors not yet known to be ready (at the start, or lost during the stage), asked
+    ``ready`` once a second until they answer, each given up ``timeout_s`` after it was
+    lost, or at once if its constructor raised (Ray does not restart such an actor)."""
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
         self.pending: dict = {}  # ready's ref -> (actor, lost since)
         self.later: list = []  # (when, actor, lost since): the probe to send again
+        self.error: Exception | None = None  # the last reason an actor did not answer
 
     def add(self, actor: Any, since: float | None = None) -> None:
         self.pending[actor.ready.remote()] = (actor, time.monotonic() if since is None else since)
@@ -41,15 +53,19 @@ class _Probes:
     def answer(self, ref: Any) -> Any | None:
         """The actor, if the probe ``ref`` found it ready; else it is probed again later."""
         import ray
-        from ray.exceptions import RayActorError
 
         actor, since = self.pending.pop(ref)
         try:
             ray.get(ref)
             return actor
-        except RayActorError:
-            if time.monotonic() - since < self.timeout_s:
+        except lost_errors() as exc:
+            self.error = exc
+            if getattr(exc, "actor_init_failed", False):
+                log.warning("an actor's constructor raised; it gets no more work: %s", exc)
+            elif time.monotonic() - since < self.timeout_s:
                 self.later.append((time.monotonic() + 1.0, actor, since))
+            else:
+                log.warning("an actor did not come back within cluster.restart_timeout_s: %s", exc)
             return None
 
     def __bool__(self) -> bool:
@@ -57,22 +73,22 @@ class _Probes:
 
 
 def map_ordered(
-    actors: list, call: Callable[[Any, T], Any], chunks: Sequence[Sequence], desc: str | None, cluster: ClusterConfig
+    actors: list, call: Callable[[Any, C], Any], chunks: Sequence[C], desc: str | None, cluster: ClusterConfig
 ) -> list:
     """``call(actor, chunk)`` for every chunk, one chunk in flight per actor, results in order.
 
     Lost actors are handled here rather than by Ray's ``max_task_retries``, which gave up on
     an actor whose node was lost (seen with Ray 2.60: ``ActorUnavailableError`` raised with
     retries left) and whose budget a restarting actor's fast-failed calls can use up
-    (ray-project/ray#44719): a chunk whose actor
-    died or became unreachable goes back to the front of the queue; an actor gets work only
-    once it has answered ``ready``, at the start and again after a loss (restarted, on its
-    node or, the node gone, elsewhere), and is dropped if it has not within
-    ``cluster.restart_timeout_s``. A chunk
-    lost ``cluster.max_retries`` + 1 times raises (a chunk that kills whoever runs it), as
-    does running out of actors."""
+    (ray-project/ray#44719). An actor gets work once it has answered ``ready``: at the
+    start (its first start may take up to ``cluster.restart_timeout_s``) and again after a
+    loss (restarted on its node or, the node gone, elsewhere). A chunk whose actor died, was
+    killed for memory or became unreachable goes back to the front of the queue, for the
+    next ready actor (so a chunk may run twice: the work sent here gives the same result
+    when run again). A chunk lost ``cluster.max_retries`` + 1 times raises (a chunk that
+    kills whoever runs it), as does having no actor left, none back within
+    ``cluster.restart_timeout_s``; errors raised by the actor's own code propagate."""
     import ray
-    from ray.exceptions import RayActorError
 
     results: list = [None] * len(chunks)
     queue, idle = deque(range(len(chunks))), []
@@ -88,9 +104,10 @@ def map_ordered(
             probes.tick()
             if not running and not probes:
                 raise RuntimeError(
-                    f"every actor was lost and none came back within cluster.restart_timeout_s "
-                    f"({cluster.restart_timeout_s:g} s); {len(queue)} of {len(chunks)} pieces of work left"
-                )
+                    f"no actor left: each was lost and not back within cluster.restart_timeout_s "
+                    f"({cluster.restart_timeout_s:g} s), or its constructor raised; {len(queue)} of "
+                    f"{len(chunks)} pieces of work left" + (f"; the last error: {probes.error}" if probes.error else "")
+                ) from probes.error
             if not (refs := [*running, *probes.pending]):  # only probes to send again, in a moment
                 time.sleep(0.5)
                 continue
@@ -101,13 +118,14 @@ def map_ordered(
                 i, actor = running.pop(ref)
                 try:
                     results[i] = ray.get(ref)
-                except RayActorError as exc:
+                except lost_errors() as exc:
                     lost[i] += 1
                     if lost[i] > cluster.max_retries:
                         raise RuntimeError(
                             f"a piece of work lost its actor {lost[i]} times (cluster.max_retries "
                             f"{cluster.max_retries}): {exc}"
                         ) from exc
+                    log.warning("an actor was lost during a call; its work goes to the next ready actor: %s", exc)
                     queue.appendleft(i)
                     probes.add(actor)
                     continue
@@ -129,9 +147,13 @@ def split_weighted(items: list[T], parts: int, weights: Sequence[int]) -> list[l
 
 
 def close_actors(actors: list) -> None:
-    """The actors' own ``close`` (what they started, stopped), then the actors killed."""
+    """The actors' own ``close`` (what they started, stopped), then the actors killed. Nothing
+    once Ray is shut down: a call would start a new Ray, and the driver's actors ended with
+    its connection."""
     import ray
 
+    if not ray.is_initialized():
+        return
     try:
         ray.get([a.close.remote() for a in actors], timeout=60)
     except Exception:  # noqa: BLE001 - a dead actor's processes died with it

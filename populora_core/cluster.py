@@ -7,7 +7,7 @@ primitives, each a drop-in for the local object of ``runtime.Runtime``:
 - ``RayBackend`` (propose, solve): one long-lived inference actor per node, each holding
   the base model and the population's adapters (a local ``Runtime``'s backend). hf: the
   driver cuts the requests into the batches the local backend would run
-  (``hf.plan_batches``) and spreads the batches over the actors (``ray.util.ActorPool``,
+  (``hf.plan_batches``) and spreads the batches over the actors (``actor_calls.map_ordered``,
   results in order): a batch's samples depend only on the batch, so the artifacts equal
   the local run's. vllm: each actor starts a vLLM server on its node (multi-LoRA, every
   adapter loaded) and gets one contiguous share of the requests, sent at once so that
@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
-from populora_core.actor_calls import close_actors, map_ordered, split_weighted
+from populora_core.actor_calls import close_actors, lost_errors, map_ordered, split_weighted
 from populora_core.config import ClusterConfig, ConfigError, ResourceSpec, RunConfig
 from populora_core.inference.base import Completion, GenerationRequest, SamplingParams
 
@@ -63,6 +63,9 @@ def node_name() -> str:
     return socket.gethostname()
 
 
+_exit_hook = False
+
+
 def connect(cluster: ClusterConfig) -> None:
     """Joins the cluster at ``cluster.address`` once per process; with no address, starts a
     private single-node Ray on this machine, dashboard off (Ray's own ports still listen on
@@ -71,6 +74,10 @@ def connect(cluster: ClusterConfig) -> None:
     ``HF_HUB_OFFLINE=1``), not from the driver."""
     import ray
 
+    global _exit_hook
+    if not _exit_hook:  # registered after `import ray` registered Ray's: runs before it
+        atexit.register(_close_runtimes)
+        _exit_hook = True
     if ray.is_initialized():
         return
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False, "configure_logging": False}
@@ -86,17 +93,16 @@ def connect(cluster: ClusterConfig) -> None:
         # "local": a new Ray even when another runs on this machine (address=None would join the
         # one `ray start` or an earlier private cluster recorded in /tmp/ray/ray_current_cluster)
         ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1", **kwargs)
-    atexit.register(_close_runtimes)
 
 
 def _close_runtimes() -> None:
     """The process's runtimes (their actors) closed while Ray is still up: registered after
     Ray's own exit hook, it runs before it. ``runtime``'s hook, registered at import, runs
-    after Ray's shutdown, where an actor call re-initialises Ray (seen: the driver then
+    after Ray's shutdown, where an actor call re-initialised Ray (seen: the driver then
     crashed with SIGSEGV at exit, after a run whose node was lost, 2 of 6 times)."""
-    from populora_core.runtime import close_runtimes
-
-    close_runtimes()
+    runtime = sys.modules.get("populora_core.runtime")
+    if runtime is not None:
+        runtime.close_runtimes()
 
 
 def worker_nodes(cluster: ClusterConfig, spec: ResourceSpec | None = None, key: str = "") -> list[str]:
@@ -159,7 +165,7 @@ class _InferenceActor:
         self.served: dict[str, str] = {}
 
     def ready(self) -> bool:
-        """Answers once the actor is constructed (``map_ordered``'s probe after a loss)."""
+        """Answers once the actor is constructed (``map_ordered``'s probe before work)."""
         return True
 
     def _serve(self, adapters: dict[str, str]) -> None:
@@ -280,7 +286,11 @@ class RaySandboxPool:
         import ray
 
         if self._started:  # a node without a sandbox fails here, by name
-            ray.get(self._started)
+            try:
+                ray.get(self._started)
+            except lost_errors() as exc:  # lost as it started: `map_ordered` waits for it
+                if getattr(exc, "actor_init_failed", False):
+                    raise
             self._started = []
         if not jobs:
             return []

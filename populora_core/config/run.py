@@ -173,8 +173,9 @@ class ClusterConfig(_Frozen):
     """Times an update task, or a piece of a stage's work sent to an actor, is run again after
     its process or node died (actors themselves are restarted without limit)."""
     restart_timeout_s: float = Field(900.0, gt=0)
-    """How long a stage waits for a lost actor to come back (restarted on its node or, the
-    node gone, on another) before going on without it."""
+    """How long an actor may take to answer, at a stage's start or after it was lost
+    (restarted on its node or, the node gone, on another), before the stage stops waiting
+    for it; the stage fails only when no actor is left."""
 
 
 class RunConfig(_Frozen):

@@ -19,6 +19,9 @@ from populora_core.sandbox import Job, SandboxPool
 def private_ray():
     import ray
 
+    from populora_core.cluster import connect
+
+    connect(load_config(preset="cpu-tiny", overrides=["cluster.engine=ray"]).cluster)
     yield
     ray.shutdown()
 
@@ -247,7 +250,8 @@ def _alive(pids: set[int]) -> set[int]:
 def _flaky_actor(marks: Path):
     """An actor class whose start takes 2 s (a model load) and whose `work` dies on demand: on a
     chunk ``("die-once", name)`` while ``marks/name`` exists (removing it), on ``"die"`` always;
-    dying on a chunk named ``then-stay-down``, it makes every later start hang (never ready)."""
+    dying on a chunk named ``then-stay-down``, it makes every later start take 60 s (longer
+    than the tests' ``restart_timeout_s``). Each call appends its node's id to ``marks/nodes``."""
     import time
 
     class Flaky:
@@ -258,6 +262,10 @@ def _flaky_actor(marks: Path):
             return True
 
         def work(self, chunk: tuple) -> tuple:
+            import ray
+
+            with (marks / "nodes").open("a") as f:  # where each call ran
+                f.write(ray.get_runtime_context().get_node_id() + "\n")
             kind, name = chunk
             if kind == "die" or (kind == "die-once" and (marks / name).exists()):
                 (marks / name).unlink(missing_ok=True)
@@ -281,29 +289,51 @@ def _flaky_actors(marks: Path, n: int) -> list:
 def test_work_survives_actors_lost_during_a_slow_restart(private_ray, tmp_path):
     """A lost actor's piece is sent again once an actor is ready; a piece that kills whoever
     runs it, and losing every actor for good, end the stage with a clear error."""
+    import ray
+
     from populora_core.actor_calls import map_ordered
 
     cluster = load_config(overrides=["cluster.max_retries=1", "cluster.restart_timeout_s=8"]).cluster
     actors = _flaky_actors(tmp_path, 2)
-    (tmp_path / "a").touch()
-    (tmp_path / "b").touch()
-    chunks = [("ok", str(i)) for i in range(10)]
-    chunks[2], chunks[7] = ("die-once", "a"), ("die-once", "b")
-    assert map_ordered(actors, lambda a, c: a.work.remote(c), chunks, None, cluster) == chunks
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # each killed the actor that ran it, once
-
-    with pytest.raises(RuntimeError, match=r"lost its actor 2 times \(cluster.max_retries 1\)"):
-        map_ordered(actors, lambda a, c: a.work.remote(c), [("ok", "0"), ("die", "x")], None, cluster)
-
     try:
+        (tmp_path / "a").touch()
+        (tmp_path / "b").touch()
+        chunks = [("ok", str(i)) for i in range(10)]
+        chunks[2], chunks[7] = ("die-once", "a"), ("die-once", "b")
+        assert map_ordered(actors, lambda a, c: a.work.remote(c), chunks, None, cluster) == chunks
+        assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # each killed its actor, once
+
+        with pytest.raises(RuntimeError, match=r"lost its actor 2 times \(cluster.max_retries 1\)"):
+            map_ordered(actors, lambda a, c: a.work.remote(c), [("ok", "0"), ("die", "x")], None, cluster)
+
         patient = cluster.model_copy(update={"max_retries": 5})  # the piece kills both, neither comes back
-        with pytest.raises(RuntimeError, match=r"every actor was lost.*cluster.restart_timeout_s \(8 s\)"):
+        with pytest.raises(RuntimeError, match=r"no actor left.*cluster.restart_timeout_s \(8 s\)"):
             map_ordered(actors, lambda a, c: a.work.remote(c), [("die", "then-stay-down")], None, patient)
     finally:
-        import ray
-
         for actor in actors:
             ray.kill(actor)
+
+
+def test_an_actor_whose_constructor_raises_fails_the_work_at_once_with_its_error(private_ray):
+    """Ray does not restart such an actor: no waiting out ``restart_timeout_s`` (900 s)."""
+    import time
+
+    import ray
+
+    from populora_core.actor_calls import map_ordered
+
+    class NoModel:
+        def __init__(self) -> None:
+            raise ValueError("no model at /nowhere")
+
+        def ready(self) -> bool:
+            return True
+
+    actor = ray.remote(NoModel).options(max_restarts=-1, max_task_retries=0).remote()
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"(?s)no actor left.*constructor raised.*no model at /nowhere"):
+        map_ordered([actor], lambda a, c: a.ready.remote(), [[1]], None, load_config().cluster)
+    assert time.monotonic() - start < 60
 
 
 def test_work_survives_the_loss_of_a_whole_node(private_ray, tmp_path):
@@ -335,6 +365,8 @@ def test_work_survives_the_loss_of_a_whole_node(private_ray, tmp_path):
         threading.Timer(1.0, cluster.remove_node, (node,), {"allow_graceful": False}).start()
         assert map_ordered([actor], lambda a, c: a.work.remote(c), chunks, None, load_config().cluster) == chunks
         assert where() == cluster.head_node.node_id
+        ran_on = (tmp_path / "nodes").read_text().split()
+        assert ran_on[0] == node.node_id and ran_on[-1] == cluster.head_node.node_id  # lost mid-way, finished there
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -347,6 +379,7 @@ def test_runtimes_close_their_actors_before_ray_shuts_down_at_exit(tmp_path):
     import sys
 
     script = f"""
+import sys
 from pathlib import Path
 from populora_core import runtime
 from populora_core.cluster import connect
@@ -358,6 +391,7 @@ class Probe:
         Path({str(tmp_path / "closed")!r}).write_text(str(ray.is_initialized()))
 
 runtime._RUNTIMES["probe"] = Probe()
+assert "ray" not in sys.modules  # Ray's exit hook is registered by `connect`'s import, after runtime's
 connect(load_config(preset="cpu-tiny", overrides=["cluster.engine=ray"]).cluster)
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)

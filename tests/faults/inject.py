@@ -92,8 +92,9 @@ def install_worker_faults(directory: str) -> None:
     - ``verify`` (holding a run directory): a sandbox actor dies on a batch of jobs once that
       run's ``gen_0000/rollouts.parquet`` exists (the verify stage, not validate);
     - ``node`` (holding a run directory): a sandbox actor on a batch of that run's verify
-      stage writes its node's id into ``node.fired`` and waits there, its batch in flight,
-      for the test to remove the whole node (``ray.cluster_utils.Cluster.remove_node``).
+      stage (arm renamed ``node.fired``) writes its node's id into ``node.fired.id`` and
+      waits there, its batch in flight, for the test to remove the whole node
+      (``ray.cluster_utils.Cluster.remove_node``).
     """
     from populora_core.sandbox import SandboxPool
     from populora_core.stages import learn

@@ -63,7 +63,7 @@ def _a_node_lost_during_verify(cluster, faults: Path, run_dir: Path):
     ``run_dir``'s verify stage is removed whole (raylet, workers and all: a machine lost) with
     that batch in flight. Yields a list that gets the removed node's id."""
     with _node_env(faults):
-        cluster.add_node(num_cpus=1, resources=SANDBOX_NODE)
+        added = cluster.add_node(num_cpus=1, resources=SANDBOX_NODE)
         cluster.wait_for_nodes()
     (faults / "node").write_text(str(run_dir))
     removed: list[str] = []
@@ -86,6 +86,8 @@ def _a_node_lost_during_verify(cluster, faults: Path, run_dir: Path):
     finally:
         done.set()
         killer.join(timeout=60)
+        if not removed:  # the module's cluster back to two nodes, whatever happened
+            cluster.remove_node(added, allow_graceful=False)
 
 
 def on_cluster(cluster) -> list[str]:
