@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import time
@@ -95,6 +96,10 @@ def install_worker_faults(directory: str) -> None:
       stage (arm renamed ``node.fired``) writes its node's id into ``node.fired.id`` and
       waits there, its batch in flight, for the test to remove the whole node
       (``ray.cluster_utils.Cluster.remove_node``).
+
+    Every attempt is logged, fault or not, for a test to count what ran again: each adapter
+    saved (``saves.log``: the adapter's id) and each batch of sandbox jobs
+    (``batches.log``: a digest of its programs and inputs).
     """
     from populora_core.sandbox import SandboxPool
     from populora_core.stages import learn
@@ -103,6 +108,7 @@ def install_worker_faults(directory: str) -> None:
     save_adapter, run = learn.save_adapter, SandboxPool.run
 
     def dying_save(*args, **kwargs):
+        _log(armed / "saves.log", Path(args[1]).name[1:].split(".tmp-")[0])  # `.ID.tmp-xxxx`
         written = save_adapter(*args, **kwargs)
         if (armed / "update").exists() and _fire(armed / "update"):
             os.kill(os.getpid(), signal.SIGKILL)
@@ -112,6 +118,8 @@ def install_worker_faults(directory: str) -> None:
         return (Path(run_dir) / "gen_0000" / "rollouts.parquet").exists()
 
     def dying_run(self, jobs):
+        digest = hashlib.sha256(repr([(j.code, j.expr) for j in jobs]).encode()).hexdigest()
+        _log(armed / "batches.log", f"{digest} {os.getpid()} {time.time():.2f} {len(jobs)}")
         arm, node = armed / "verify", armed / "node"
         if arm.exists() and verifying(arm.read_text()) and _fire(arm):
             os.kill(os.getpid(), signal.SIGKILL)
@@ -125,6 +133,11 @@ def install_worker_faults(directory: str) -> None:
 
     learn.save_adapter = dying_save
     SandboxPool.run = dying_run
+
+
+def _log(path: Path, line: str) -> None:
+    with path.open("a") as f:  # one short line per append: whole lines from every process
+        f.write(line + "\n")
 
 
 def worker_fault_env(directory: Path) -> dict[str, str]:

@@ -10,6 +10,7 @@ import os
 import subprocess
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -164,6 +165,8 @@ def test_a_worker_killed_during_update_or_verify_or_a_node_lost_costs_only_its_w
     from populora_core.runs import RunDir
 
     out = tmp_path / "killed"
+    for log in ("saves.log", "batches.log"):  # this run's attempts only
+        (faults / log).unlink(missing_ok=True)
     (faults / "update").write_text("")
     (faults / "verify").write_text(str(out))
     args = ["train", "--preset", "cpu-tiny", "--generations", "1", "--run-id", "killed", "--runs-dir", str(tmp_path)]
@@ -176,6 +179,13 @@ def test_a_worker_killed_during_update_or_verify_or_a_node_lost_costs_only_its_w
     fired = {name: (faults / f"{name}.fired").exists() for name in ("update", "verify", "node")}
     assert all(fired.values()) and removed, (fired, removed)
     _assert_same_generation(RunDir(out), reference_run)
+    # only the lost work ran again: one adapter's update (not the stage); of the sandbox
+    # actors' batches, the two that were lost (their actor killed, their node removed), once each
+    saves = Counter((faults / "saves.log").read_text().split())
+    trained = RunDir(out).read(0, "train_metrics").query("updated")["adapter_id"]
+    assert set(saves) == set(trained) and sorted(saves.values()) == [1] * (len(saves) - 1) + [2], saves
+    batches = Counter(line.split()[0] for line in (faults / "batches.log").read_text().splitlines())
+    assert sum(batches.values()) == len(batches) + 2 and max(batches.values()) <= 3, batches
     assert not [p for p in out.rglob("*") if ".tmp-" in p.name], "a killed attempt's temp files are left"
     assert not _wait_until_gone(), _ours()
 
