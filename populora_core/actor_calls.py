@@ -49,6 +49,8 @@ class _Probes:
         for ref, (_, since) in list(self.pending.items()):
             if now - since > self.timeout_s:
                 del self.pending[ref]
+                self.error = TimeoutError(f"an actor did not answer `ready` within {self.timeout_s:g} s")
+                log.warning("%s", self.error)
 
     def answer(self, ref: Any) -> Any | None:
         """The actor, if the probe ``ref`` found it ready; else it is probed again later."""
@@ -84,10 +86,10 @@ def map_ordered(
     start (its first start may take up to ``cluster.restart_timeout_s``) and again after a
     loss (restarted on its node or, the node gone, elsewhere). A chunk whose actor died, was
     killed for memory or became unreachable goes back to the front of the queue, for the
-    next ready actor (so a chunk may run twice: the work sent here gives the same result
-    when run again). A chunk lost ``cluster.max_retries`` + 1 times raises (a chunk that
-    kills whoever runs it), as does having no actor left, none back within
-    ``cluster.restart_timeout_s``; errors raised by the actor's own code propagate."""
+    next ready actor (it may run twice: the work sent here gives the same result again). A
+    chunk lost ``cluster.max_retries`` + 1 times raises, as does having no actor left (none
+    back within ``cluster.restart_timeout_s``, or their constructors raised: such an actor
+    gets no work, the others go on). Errors raised by an actor's methods propagate."""
     import ray
 
     results: list = [None] * len(chunks)

@@ -73,13 +73,18 @@ def _popen_worker(argv: list[str], env: dict[str, str], name: str, index: int, *
 
 
 def _descendants(pid: int) -> list[int]:
-    """The processes under ``pid``, parents first (``/proc/PID/task/TID/children``)."""
+    """The processes under ``pid``, parents first (``/proc/PID/task/TID/children``); a
+    process that exits while it is read is skipped."""
     found, todo = [], [pid]
     while todo:
-        parent = todo.pop(0)
-        for task in Path(f"/proc/{parent}/task").glob("*"):
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
             try:
-                children = [int(c) for c in (task / "children").read_text().split()]
+                children = [int(c) for c in Path(f"/proc/{parent}/task/{task}/children").read_text().split()]
             except (OSError, ValueError):
                 continue
             found += children
@@ -91,9 +96,15 @@ def _kill_popen(proc: subprocess.Popen) -> None:
     """Kills the worker and every process under it. Killing bubblewrap alone is not enough:
     a worker stopped while bubblewrap starts (a job's deadline can pass before a slow start
     ends) left bubblewrap's namespace init waiting forever for its parent's signal,
-    reparented to init (seen in the test suite)."""
+    reparented to init (seen in the test suite). The worker is stopped first, so that it
+    starts no child between the read of its children and the kill."""
     if proc.poll() is None:
-        for pid in [proc.pid, *_descendants(proc.pid)]:
+        try:
+            os.kill(proc.pid, signal.SIGSTOP)
+            os.waitid(os.P_PID, proc.pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
+        except OSError:
+            pass
+        for pid in [*_descendants(proc.pid), proc.pid]:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:

@@ -348,7 +348,7 @@ def test_work_survives_the_loss_of_a_whole_node(private_ray, tmp_path):
 
     from populora_core.actor_calls import map_ordered
 
-    ray.shutdown()  # this test's own two-node cluster; the module's private Ray starts again after
+    ray.shutdown()  # this test's own two-node cluster; a later test's `connect` starts a private Ray
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:
         node = cluster.add_node(num_cpus=1)

@@ -108,7 +108,7 @@ def install_worker_faults(directory: str) -> None:
     save_adapter, run = learn.save_adapter, SandboxPool.run
 
     def dying_save(*args, **kwargs):
-        _log(armed / "saves.log", Path(args[1]).name[1:].split(".tmp-")[0])  # `.ID.tmp-xxxx`
+        _log(armed / "saves.log", Path(args[1]).name[1:].split(TMP_MARK)[0])  # `.ID.tmp-xxxx`
         written = save_adapter(*args, **kwargs)
         if (armed / "update").exists() and _fire(armed / "update"):
             os.kill(os.getpid(), signal.SIGKILL)
@@ -118,7 +118,7 @@ def install_worker_faults(directory: str) -> None:
         return (Path(run_dir) / "gen_0000" / "rollouts.parquet").exists()
 
     def dying_run(self, jobs):
-        digest = hashlib.sha256(repr([(j.code, j.expr) for j in jobs]).encode()).hexdigest()
+        digest = hashlib.sha256(repr(list(jobs)).encode()).hexdigest()  # every field, the salt too
         _log(armed / "batches.log", f"{digest} {os.getpid()} {time.time():.2f} {len(jobs)}")
         arm, node = armed / "verify", armed / "node"
         if arm.exists() and verifying(arm.read_text()) and _fire(arm):
