@@ -48,7 +48,8 @@ def _generations_table(run) -> object:
     from populora_core.stages.summary import mib, pct, updated_count
 
     table = Table(title=f"{run.run_id}: generations")
-    columns = ("gen", "valid", "solved", "fresh", "fmt err", "T reward", "updated", "cov/all", "repl", "sec", "written")
+    columns = ("gen", "valid", "solved", "fresh", "fmt err", "T reward", "updated", "drift", "cov/all", "repl", "sec")
+    columns += ("written",)
     columns += ("resumed",)
     for col in columns:
         table.add_column(col, justify="right")
@@ -62,6 +63,7 @@ def _generations_table(run) -> object:
             f"{s['format_error_rate']:.0%}",
             f"{sum(rewards) / len(rewards):+.2f}" if rewards else "",
             updated_count(s),
+            pct(s.get("drift_mean", float("nan"))),
             f"{s['coverage']:.1%}/{s['cumulative_coverage']:.1%}",
             str(len(s["replaced"])),
             f"{s['seconds']:.0f}",

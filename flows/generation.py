@@ -1,7 +1,7 @@
 """One generation as a Prefect flow: one task per entry of the stage table, then the
 summary and the completeness marker.
 
-    pair → propose → validate → solve → verify → reward → update → rate → evolve → measure → _SUCCESS
+    pair → propose → validate → solve → probe → verify → reward → update → rate → evolve → measure → _SUCCESS
 
 Run it alone (deployment ``populora-generation``) or as a subflow of ``flows/train.py``.
 A retried flow run skips every stage whose artifact exists (see ``tasks/stages.py``);

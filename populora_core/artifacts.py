@@ -181,6 +181,17 @@ SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
     "buffers": pa.schema([("teacher_id", _STR), *_PROBLEM, ("added_generation", _I32)]),
+    "probes": pa.schema(
+        [
+            ("adapter_id", _STR),
+            ("role", _STR),
+            ("problem_id", _STR),
+            ("completion", _STR),
+            ("tokens", _I32),
+            ("status", _STR),
+            ("changed", _BOOL),
+        ]
+    ),
 }
 """Payload columns of every artifact; ``run_id``, ``generation``, ``schema_version`` are added."""
 

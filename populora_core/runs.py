@@ -40,6 +40,7 @@ from populora_core.artifacts import (
     CONFIG_FILE,
     RUN_FILE,
     DamagedArtifact,
+    artifact_path,
     is_complete,
     read_artifact,
     read_parquet,
@@ -195,6 +196,10 @@ class RunDir:
         return config
 
     # artifacts and snapshots -------------------------------------------------------
+    def has(self, generation: int, name: str) -> bool:
+        """Whether ``generation`` holds artifact ``name`` (runs from before an artifact existed lack it)."""
+        return artifact_path(self.gen(generation), name).is_file()
+
     def read(self, generation: int, name: str) -> pd.DataFrame:
         """Artifact ``name`` of ``generation``; an unreadable file raises DamagedArtifact
         naming it and the command that recomputes it."""

@@ -16,10 +16,12 @@ import pandas as pd
 from populora_core.artifacts import ArtifactError
 from populora_core.metrics.coverage import REFERENCE_CALIBRATION, cvt_centroids, problem_cells
 from populora_core.metrics.dynamics import oscillation, problem_triviality, solve_rates_by_source
+from populora_core.metrics.stats import Interval, mean_interval, wilson
 from populora_core.runs import RunDir
 from populora_core.stages.runner import check_intact
 
 GATHERED = ("problems", "verdicts", "rewards", "ratings", "lineage", "coverage", "proposals")
+PROBE_COLUMNS = ["generation", "adapter_id", "role", "problem_id", "completion", "tokens", "status", "changed"]
 
 
 @dataclass
@@ -54,6 +56,8 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
     for name in GATHERED:
         parts = [run.read(g, name) for g in done]
         frames[name] = pd.concat(parts, ignore_index=True)
+    probes = [run.read(g, "probes") for g in done if run.has(g, "probes")]  # runs from before the probe: none
+    frames["probes"] = pd.concat(probes, ignore_index=True) if probes else pd.DataFrame(columns=PROBE_COLUMNS)
     for key in ("coverage", "cumulative_coverage"):  # runs from before coverage existed: NaN
         if key not in summaries:
             summaries[key] = float("nan")
@@ -194,3 +198,67 @@ def headline(data: RunData) -> dict:
         "calibrated_coverage_final": float(calibrated_coverage(data)["cumulative_coverage"].iloc[-1]),
         "median_generation_s": float(s["wall_seconds"].median()) if "wall_seconds" in s else float("nan"),
     }
+
+
+CURVES: dict[str, str] = {
+    "student_reward": "students: mean reward",
+    "format_error": "students: format errors",
+    "teacher_reward": "teachers: mean reward",
+    "valid_rate": "teachers: valid proposals",
+    "fresh_solve_rate": "fresh problems solved",
+    "drift": "drift from the base (probe)",
+}
+"""Learning-curve keys → their titles (``learning_curves``)."""
+
+
+def learning_curves(data: RunData) -> pd.DataFrame:
+    """Per generation and curve (``CURVES``): the value, its 95% interval and the samples
+    behind it. Rates are binomial proportions (Wilson intervals): format errors over the
+    students' answers, valid proposals over the fresh proposals, fresh problems solved over
+    the answers to them, drift over every (member, probe item). Rewards are means (normal
+    interval) over the students' answers and the teachers' proposals."""
+    rows = []
+
+    def add(g: int, curve: str, iv: Interval) -> None:
+        rows.append({"generation": g, "curve": curve, "value": iv.value, "low": iv.low, "high": iv.high, "n": iv.n})
+
+    r, v, p = data["rewards"], data["verdicts"], data["problems"]
+    probes = data.frames.get("probes", pd.DataFrame(columns=PROBE_COLUMNS))
+    for g in data.generations:
+        rg, vg, pg = r[r["generation"] == g], v[v["generation"] == g], p[p["generation"] == g]
+        add(g, "student_reward", mean_interval(rg.loc[rg["kind"] == "rollout", "reward"]))
+        add(g, "format_error", wilson(int((vg["status"] == "format_error").sum()), len(vg)))
+        add(g, "teacher_reward", mean_interval(rg.loc[rg["kind"] == "proposal", "reward"]))
+        fresh = pg[pg["source"] == "fresh"]
+        add(g, "valid_rate", wilson(int(fresh["valid"].sum()), len(fresh)))
+        fresh_ids = set(fresh.loc[fresh["valid"], "problem_id"])
+        on_fresh = vg[vg["problem_id"].isin(fresh_ids)]
+        add(g, "fresh_solve_rate", wilson(int((on_fresh["status"] == "correct").sum()), len(on_fresh)))
+        members = probes[(probes["generation"] == g) & (probes["role"] != "base")]
+        if len(members):
+            add(g, "drift", wilson(int(members["changed"].sum()), len(members)))
+    return pd.DataFrame(rows, columns=["generation", "curve", "value", "low", "high", "n"])
+
+
+def learning_sentences(data: RunData) -> list[str]:
+    """One sentence per curve, from its first to its last measured generation, with 95%
+    intervals, e.g. "students: format errors 41% [29%, 54%] (n=60) at generation 0 → 9%
+    [4%, 18%] (n=60) at generation 29; the intervals do not overlap"."""
+    curves = learning_curves(data).dropna(subset=["value"])
+    lines = []
+    for key, title in CURVES.items():
+        part = curves[curves["curve"] == key].sort_values("generation")
+        if len(part) < 2:
+            continue
+        first, last = part.iloc[0], part.iloc[-1]
+        rate = not key.endswith("reward")
+
+        def show(row, rate=rate) -> str:
+            fmt = ".0%" if rate else "+.2f"
+            interval = f"[{row['low']:{fmt}}, {row['high']:{fmt}}]"
+            return f"{row['value']:{fmt}} {interval} (n={int(row['n'])}) at generation {int(row['generation'])}"
+
+        overlap = first["low"] <= last["high"] and last["low"] <= first["high"]
+        verdict = "the intervals overlap" if overlap else "the intervals do not overlap"
+        lines.append(f"{title}: {show(first)} → {show(last)}; {verdict}.")
+    return lines

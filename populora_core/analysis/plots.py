@@ -12,10 +12,12 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
 from populora_core.analysis.data import (
+    CURVES,
     RunData,
     calibrated_coverage,
     complexity_trends,
     dynamics,
+    learning_curves,
     solve_rates,
     task_mix,
     teacher_table,
@@ -57,7 +59,10 @@ def plot_solve_rate(runs: Sequence[RunData]):
         )
         for x, y, what, style in lines:
             ax.plot(x, y, color=_color(i), ms=3, label=f"{data.label}: {what}", **style)
-    ax.set(title="solve rate", ylim=(-0.02, 1.02))
+        curves = learning_curves(data)
+        band = curves[curves["curve"] == "fresh_solve_rate"].dropna(subset=["value"])
+        ax.fill_between(band["generation"], band["low"], band["high"], color=_color(i), alpha=0.15)
+    ax.set(title="solve rate (band: fresh problems, 95%)", ylim=(-0.02, 1.02))
     _legend(ax)
     return fig
 
@@ -155,7 +160,26 @@ def plot_task_mix(runs: Sequence[RunData]):
     return fig
 
 
+def plot_learning_curves(runs: Sequence[RunData]):
+    """Per role, each learning curve (``data.CURVES``) with its 95% band; the legend gives
+    the samples behind each point (median over generations)."""
+    fig, axes = _axes(len(CURVES), width=3.6)
+    for ax, (key, title) in zip(axes, CURVES.items(), strict=True):
+        for i, data in enumerate(runs):
+            part = learning_curves(data)
+            part = part[part["curve"] == key].dropna(subset=["value"])
+            if part.empty:
+                continue
+            n = int(part["n"].median())
+            ax.plot(part["generation"], part["value"], color=_color(i), marker="o", ms=3, label=f"{data.label} (n≈{n})")
+            ax.fill_between(part["generation"], part["low"], part["high"], color=_color(i), alpha=0.2)
+        ax.set(title=title, ylim=(-1.05, 1.05) if key.endswith("reward") else (-0.02, 1.02))
+        _legend(ax)
+    return fig
+
+
 DRAW = {
+    "learning_curves": plot_learning_curves,
     "solve_rate": plot_solve_rate,
     "triviality": plot_triviality,
     "teachers": plot_teachers,
@@ -165,3 +189,31 @@ DRAW = {
     "task_mix": plot_task_mix,
 }
 """Every plot the report draws (file ``<name>.png``), in order."""
+
+
+def learning_check_plot(steps, heldout):
+    """The learning check (benchmarks/learning_check.py): per engine, mean reward, format-error
+    rate and pass rate per step with their 95% bands; held-out greedy pass@1 per evaluation
+    with its Wilson interval (the control at step 0)."""
+    fig, axes = _axes(4, width=4.2)
+    panels = (("reward_ci", "mean reward", (-1.05, 1.05)), ("format_error_ci", "format errors", (-0.02, 1.02)))
+    panels += (("pass_rate_ci", "pass rate (sampled)", (-0.02, 1.02)),)
+    for ax, (key, title, ylim) in zip(axes, panels, strict=False):
+        for i, (engine, part) in enumerate(steps.groupby("engine", sort=True)):
+            part = part.sort_values("step")
+            n = int(part["samples"].iloc[0])
+            ax.plot(part["step"], part[key], color=_color(i), marker="o", ms=3, label=f"{engine} (n={n}/step)")
+            ax.fill_between(part["step"], part[f"{key}_low"], part[f"{key}_high"], color=_color(i), alpha=0.2)
+        ax.set(title=title, ylim=ylim, xlabel="step")
+        _legend(ax)
+    ax = axes[3]
+    for i, (label, part) in enumerate(heldout.groupby(heldout["label"].str.split("@").str[0], sort=True)):
+        part = part.sort_values("step")
+        x = part["step"].clip(lower=0)
+        err = [part["pass"] - part["pass_low"], part["pass_high"] - part["pass"]]
+        n = int(part["pass_n"].iloc[0])
+        ax.errorbar(x, part["pass"], yerr=err, color=_color(i), marker="o", ms=4, capsize=3, label=f"{label} (n={n})")
+    ax.set(title="held-out greedy pass@1", ylim=(-0.02, 1.02), xlabel="step")
+    _legend(ax)
+    fig.tight_layout()
+    return fig

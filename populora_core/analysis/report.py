@@ -20,6 +20,8 @@ from populora_core.analysis.data import (
     dynamics,
     hardest_problems,
     headline,
+    learning_curves,
+    learning_sentences,
     solve_rates,
     teacher_table,
 )
@@ -118,6 +120,10 @@ def summary_markdown(runs: Sequence[RunData], heads: Sequence[dict] | None = Non
     """The report's Markdown; ``heads``: the runs' ``headline`` figures, if already computed."""
     heads = heads if heads is not None else [headline(d) for d in runs]
     lines = ["# PopuLoRA report", "", *_headline_table(heads), ""]
+    for data in runs:
+        sentences = learning_sentences(data)
+        if sentences:
+            lines += [f"Learning, {data.label} (95% intervals):", "", *(f"- {s}" for s in sentences), ""]
     lines += [
         "Fresh problems are each generation's valid proposals; the rest of the solutions are on buffer "
         "and seed top-ups. A collapsing run climbs towards solving everything on ever simpler programs "
@@ -191,6 +197,7 @@ def tables(runs: Sequence[RunData]) -> dict[str, pd.DataFrame]:
     """The report's numbers as frames (for notebooks)."""
     return {
         "solve_rates": pd.concat([solve_rates(d).assign(run=d.label) for d in runs]),
+        "learning_curves": pd.concat([learning_curves(d).assign(run=d.label) for d in runs]),
         "dynamics": pd.concat([dynamics(d).assign(run=d.label) for d in runs]),
         "teachers": pd.concat([teacher_table(d).assign(run=d.label) for d in runs]),
         "complexity": pd.concat([complexity_trends(d).assign(run=d.label) for d in runs]),

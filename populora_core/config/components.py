@@ -272,6 +272,8 @@ class GRPOConfig(_Frozen):
     task → role), so no adapter is left without a signal by the budget. Unlike textbook
     GRPO (and DAPO, which drops them), a student's all-correct or all-wrong problem is then
     compared with its task group instead of contributing nothing."""
+    enabled: bool = True
+    """False: no adapter is ever updated (a control run; its probe drift stays 0)."""
     learning_rate: float = Field(1e-5, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     clip_eps: float = Field(0.2, gt=0)

@@ -29,6 +29,7 @@ PRESETS: dict[str, dict] = {
         "population": {"teachers": 2, "students": 2, "rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]},
         "evolution": {"every_k": 1, "replace_fraction": 0.5},
         "grpo": {"micro_batch_size": 8, "gradient_checkpointing": False, "learning_rate": 1e-4},
+        "probe": {"items": 2},
     },
     "cpu-small": {
         # The README's main job: the embedded Qwen2.5-Coder-0.5B, 4 + 4, small budgets.

@@ -77,6 +77,16 @@ class BudgetConfig(_Frozen):
     """Most recent valid problems a teacher's buffer keeps."""
 
 
+class ProbeConfig(_Frozen):
+    """Drift: greedy answers of every adapter and the base to a fixed probe set
+    (``problems.probes``), each generation, compared with the base's (``metrics.drift``)."""
+
+    items: int = Field(8, ge=0, le=16)
+    """Probe problems answered by every adapter and the base; 0 turns the probe off."""
+    every: int = Field(1, ge=1)
+    """Probe the generations that are multiples of this."""
+
+
 class CoverageConfig(_Frozen):
     """The CVT archive coverage is measured on (populora_core/metrics/coverage.py)."""
 
@@ -196,6 +206,7 @@ class RunConfig(_Frozen):
     rewards: RewardConfig = RewardConfig()
     grpo: GRPOConfig = GRPOConfig()
     coverage: CoverageConfig = CoverageConfig()
+    probe: ProbeConfig = ProbeConfig()
     baseline: BaselineConfig = BaselineConfig()
     storage: StorageConfig = StorageConfig()
     tracking: TrackingConfig = TrackingConfig()

@@ -81,24 +81,50 @@ def teacher_prompt(task_type: TaskType, references: Sequence[Problem], *, min_in
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
+# A worked example before the problem, for another program: the answer format filled in,
+# never described. Measured on the 0.5B model, 16 CRUXEval problems x 2 samples, same seeds
+# (benchmarks/prompt_format.py and its notes in the README): a described placeholder inside
+# the answer block ("the value, as a Python literal") was copied verbatim, 38% format errors
+# and 1 of 32 solved; the same example placed after the problem ("the format, shown for ...")
+# was copied into the answer ("2 * 3 = 6"); placed before it, under "Now your problem", 31%
+# format errors and 4 of 32 solved.
+_EXAMPLE_PROGRAM = "def f(s):\n    return s[::-1] + '!'"
+_STUDENT_EXAMPLE = {
+    "code_o": (
+        f"Program:\n{_fence('python', _EXAMPLE_PROGRAM)}\nInput:\n{_fence('input', repr('abc'))}",
+        "f reverses 'abc' to 'cba' and appends '!'.",
+        _fence("output", repr("cba!")),
+    ),
+    "code_i": (
+        f"Program:\n{_fence('python', _EXAMPLE_PROGRAM)}\nOutput:\n{_fence('output', repr('cba!'))}",
+        "f reverses its argument and appends '!', so the input is 'abc'.",
+        _fence("input", repr("abc")),
+    ),
+    "code_f": (
+        "Examples:\n" + _fence("python", "f('abc') == 'cba!'\nf('xy') == 'yx!'") + "\nMessage: reverses, then adds",
+        "Each output is the input reversed with '!' appended.",
+        _fence("python", _EXAMPLE_PROGRAM),
+    ),
+}
+STUDENT_FORMAT = "Reply with a short reasoning inside <think></think>, then the answer inside <answer></answer>."
+
+
 def student_prompt(problem: Problem) -> list[dict[str, str]]:
-    """Chat messages asking a student to solve ``problem``."""
+    """Chat messages asking a student to solve ``problem``: the reply format, a worked example
+    of the same task type (another program), then the problem."""
     tt = problem.task_type
     if tt == "code_o":
         inp = problem.inputs[0]
         body = f"{_fence('python', problem.program)}\n{_fence('input', inp)}"
         task = _STUDENT_TASK[tt].format(inp=inp)
-        fmt = _fence("output", "the value, as a Python literal")
     elif tt == "code_i":
         body = f"{_fence('python', problem.program)}\n{_fence('output', problem.outputs[0])}"
         task = _STUDENT_TASK[tt]
-        fmt = _fence("input", "the argument list, as Python literals")
     else:
         pairs = "\n".join(f"f({inp}) == {out}" for inp, out in problem.shown)
         body = f"Examples:\n{_fence('python', pairs)}\nMessage: {problem.message or '(none)'}"
         task = _STUDENT_TASK[tt]
-        fmt = _fence("python", "def f(...):\n    ...")
-    user = (
-        f"{task}\n\n{body}\n\nAnswer in exactly this format:\n<think>your reasoning</think>\n<answer>\n{fmt}\n</answer>"
-    )
+    shown, thought, answer = _STUDENT_EXAMPLE[tt]
+    example = f"Example.\n{shown}\nReply:\n<think>{thought}</think>\n<answer>\n{answer}\n</answer>"
+    user = f"{STUDENT_FORMAT}\n\n{example}\n\nNow your problem. {task}\n\n{body}"
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]

@@ -6,7 +6,7 @@ verify), ``learn`` (reward, update, rate), ``evolve``, ``measure``. ``runner`` r
 a stage against a run directory; ``summary`` turns a finished generation into its
 record, line and table.
 
-    pair → propose → validate → solve → verify → reward → update → rate → evolve → measure
+    pair → propose → validate → solve → probe → verify → reward → update → rate → evolve → measure
 """
 
 from __future__ import annotations

@@ -130,8 +130,10 @@ def training_batch(
     return batch
 
 
-def skip_reason(batch: Sequence[Rollout], rewards: pd.Series) -> str:
+def skip_reason(batch: Sequence[Rollout], rewards: pd.Series, enabled: bool = True) -> str:
     """Why an adapter takes no update this generation ("" when it does)."""
+    if not enabled:
+        return "updates disabled (grpo.enabled: false)"
     if not batch:
         return "no completions to learn from"
     if any(abs(r.advantage) > 1e-12 for r in batch):
@@ -201,7 +203,9 @@ def update(
             continue
         source = Path(members_dir) / m.adapter_id
         batch = training_batch(m.adapter_id, rewards, proposals, rollouts)
-        reason = skip_reason(batch, rewards.loc[rewards["adapter_id"] == m.adapter_id, "reward"])
+        reason = skip_reason(
+            batch, rewards.loc[rewards["adapter_id"] == m.adapter_id, "reward"], config.update_grpo.enabled
+        )
         row = dict.fromkeys(("loss", "clip_frac", "kl", "grad_norm", "tokens", "seconds", "delta_change"), 0.0)
         row.update(adapter_id=m.adapter_id, samples=len(batch), updated=False, skip_reason=reason, steps=0, node="")
         if reason:  # unchanged: the snapshot's files, linked (storage.link_dir_atomic), not copied

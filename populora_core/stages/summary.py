@@ -25,6 +25,7 @@ def generation_summary(run: RunDir, generation: int, records: Mapping[str, dict]
     fresh = problems[problems["source"] == "fresh"]
     students = verdicts.assign(correct=verdicts["status"] == "correct").groupby("student_id")["correct"].mean()
     teachers = rewards[rewards["kind"] == "proposal"].groupby("adapter_id")["reward"].mean()
+    drift = _drift(run.read(generation, "probes"))
     attempts = run.attempts(generation)
     seconds = {s: sum(a["stages"].get(s, 0.0) for a in attempts) for s in records}
     return {
@@ -46,6 +47,7 @@ def generation_summary(run: RunDir, generation: int, records: Mapping[str, dict]
             for r in ratings.itertuples(index=False)
         },
         "replaced": {r.replaced_id: r.child_id for r in lineage.itertuples(index=False)},
+        **drift,
         "coverage": float(coverage_frame.set_index("teacher_id").loc["*", "coverage"]),
         "cumulative_coverage": float(coverage_frame.set_index("teacher_id").loc["*", "cumulative_coverage"]),
         **{
@@ -57,6 +59,31 @@ def generation_summary(run: RunDir, generation: int, records: Mapping[str, dict]
         "stage_seconds": seconds,  # summed over every process that computed a stage
         "attempts": attempts,
         "resumed_stages": [s for s, r in records.items() if r["cached"]],
+    }
+
+
+def _drift(probes) -> dict:
+    """Per adapter, the share of probe items whose greedy answer differs from the base's and
+    its probe pass rate; their means over the adapters; the base's pass rate (NaN and no
+    adapters when the generation was not probed)."""
+    from populora_core.inference.base import BASE
+    from populora_core.metrics.drift import drift_table
+
+    if probes.empty:
+        return {
+            "drift": {},
+            "drift_mean": float("nan"),
+            "probe_pass_rate": float("nan"),
+            "base_pass_rate": float("nan"),
+        }
+    table = drift_table(probes).set_index("adapter_id")
+    members = table.drop(index=BASE)
+    return {
+        "drift": {a: {"changed": float(r.changed), "pass_rate": float(r.pass_rate)} for a, r in members.iterrows()},
+        "drift_mean": float(members["changed"].mean()),
+        "probe_pass_rate": float(members["pass_rate"].mean()),
+        "base_pass_rate": float(table.loc[BASE, "pass_rate"]),
+        "probe_items": int(table.loc[BASE, "items"]),
     }
 
 
@@ -86,8 +113,9 @@ def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
         f"format errors {summary['format_error_rate']:.0%} · {summary['seconds']:.0f} s"
         + (f" · {mib(summary['bytes_written'])} written" if "bytes_written" in summary else ""),
         "",
-        "| adapter | role | solve rate | teacher reward | valid proposals | ΔW change | μ | σ | μ − 3σ |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| adapter | role | solve rate | teacher reward | valid proposals | ΔW change | drift (probe pass) "
+        "| μ | σ | μ − 3σ |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for adapter_id, r in summary["ratings"].items():
         solve = summary["solve_rate_per_student"].get(adapter_id)
@@ -101,12 +129,20 @@ def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
             "" if reward is None else f"{reward:+.2f}",
             "" if valid is None else f"{valid:.0%}",
             _update_cell(summary, adapter_id),
+            _drift_cell(summary, adapter_id),
             f"{r['mu']:.2f}",
             f"{r['sigma']:.2f}",
             f"{r['conservative']:.2f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", *_dynamics_lines(summary)]
+    if summary.get("probe_items"):
+        lines += [
+            "",
+            f"Probe ({summary['probe_items']} items, greedy): the adapters' answers differ from the base's on "
+            f"{pct(summary['drift_mean'])} of items on average; probe pass rate {pct(summary['probe_pass_rate'])} "
+            f"(base {pct(summary['base_pass_rate'])}).",
+        ]
     means = ", ".join(f"{k} {summary[f'{k}_mean']:.1f}" for k in METRIC_NAMES)
     lines += ["", f"Complexity of valid proposals (means): {means}"]
     lines += [f"CVT coverage: {summary['coverage']:.1%} this generation, {summary['cumulative_coverage']:.1%} so far"]
@@ -143,6 +179,12 @@ def pct(value: float) -> str:
     return "–" if value != value else f"{value:.0%}"
 
 
+def _drift_cell(summary: dict, adapter_id: str) -> str:
+    """Share of probe items whose greedy answer left the base's, and the probe pass rate."""
+    d = summary.get("drift", {}).get(adapter_id)
+    return "" if d is None else f"{d['changed']:.0%} ({d['pass_rate']:.0%})"
+
+
 def _update_cell(summary: dict, adapter_id: str) -> str:
     """‖ΔW' − ΔW‖/‖ΔW‖ of the adapter's update, or why it was skipped."""
     update = summary["updates"].get(adapter_id)
@@ -159,7 +201,7 @@ def one_line(generation: int, summary: dict) -> str:
         f"gen {generation:>3} | valid {summary['valid_rate']:4.0%} | solved {summary['solve_rate']:4.0%} "
         f"(fresh {pct(summary.get('fresh_solve_rate', float('nan'))):>4}, "
         f"format err {summary['format_error_rate']:4.0%}) | teacher reward {mean_reward:+.2f} | "
-        f"updated {updated_count(summary)} | "
+        f"updated {updated_count(summary)} | drift {pct(summary.get('drift_mean', float('nan')))} | "
         f"coverage {summary['coverage']:.1%} (all {summary['cumulative_coverage']:.1%}) | "
         f"replaced {len(summary['replaced'])} | {summary['seconds']:.0f} s"
     )

@@ -57,6 +57,7 @@ TABLE: tuple[Stage, ...] = (
         resources={"sandbox": 1},
     ),
     Stage("solve", play.solve, ("problems", "pairings"), ("rollouts",), needs=("backend",), resources={"gpu": 1}),
+    Stage("probe", measure.probe, ("members",), ("probes",), needs=("backend", "pool"), resources={"gpu": 1}),
     Stage("verify", play.verify, ("rollouts", "problems"), ("verdicts",), needs=("pool",), resources={"sandbox": 1}),
     Stage("reward", learn.reward, ("proposals", "problems", "rollouts", "verdicts"), ("rewards",)),
     Stage(
@@ -83,7 +84,7 @@ TABLE: tuple[Stage, ...] = (
         ("buffers", "coverage"),
     ),
 )
-"""pair → propose → validate → solve → verify → reward → update → rate → evolve → measure"""
+"""pair → propose → validate → solve → probe → verify → reward → update → rate → evolve → measure"""
 
 
 def stage_names() -> tuple[str, ...]:

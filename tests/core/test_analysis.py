@@ -9,7 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from populora_core.analysis.data import RunData, calibrated_coverage, dynamics, headline
+from populora_core.analysis.data import (
+    RunData,
+    calibrated_coverage,
+    dynamics,
+    headline,
+    learning_curves,
+    learning_sentences,
+)
 from populora_core.analysis.report import PLOTS, lineage_tree, write_report
 from populora_core.runs import RunDir
 
@@ -89,7 +96,16 @@ def data(tmp_path) -> RunData:
     )
     rewards = pd.DataFrame({"generation": range(3), "kind": "proposal", "adapter_id": "t0", "reward": [0.5, 0.0, 1.0]})
     ratings = pd.DataFrame({"generation": range(3), "adapter_id": "t0", "mu": [25.0, 26.0, 27.0], "sigma": 8.0})
+    probes = pd.DataFrame(
+        [
+            {"generation": g, "adapter_id": a, "role": role, "problem_id": pid, "changed": changed, "status": "wrong"}
+            for g, moved in ((0, False), (2, True))
+            for a, role in (("__base__", "base"), ("s0", "student"))
+            for pid, changed in (("q1", False), ("q2", moved and a == "s0"))
+        ]
+    )
     frames = {
+        "probes": probes,
         "problems": pd.DataFrame(problems),
         "verdicts": pd.DataFrame(verdicts),
         "lineage": lineage,
@@ -137,3 +153,21 @@ def test_report_renders_tables_and_code_as_html(data, tmp_path):
     assert "<li>" in page and "X4" in page  # the lineage tree as a list
     headline_json = json.loads(written["headline"].read_text())  # strict JSON: NaN written as null
     assert headline_json[0]["fresh_solve_rate_last"] == 0.0
+
+
+def test_learning_curves_carry_their_interval_and_sample_count(data):
+    curves = learning_curves(data).set_index(["curve", "generation"])
+    fresh = curves.loc["fresh_solve_rate"]
+    assert fresh["value"].tolist() == [0.5, 1.0, 0.0] and fresh["n"].tolist() == [2, 2, 2]
+    assert (fresh["low"] <= fresh["value"]).all() and (fresh["value"] <= fresh["high"]).all()
+    assert curves.loc[("format_error", 1), "value"] == 0.0 and curves.loc[("format_error", 1), "n"] == 4
+    drift = curves.loc["drift"]  # the base's rows are not counted; generation 1 was not probed
+    assert drift.index.tolist() == [0, 2] and drift["value"].tolist() == [0.0, 0.5] and drift["n"].tolist() == [2, 2]
+    assert curves.loc[("teacher_reward", 2), "value"] == 1.0
+
+
+def test_learning_sentences_say_first_and_last_with_intervals(data):
+    lines = learning_sentences(data)
+    drift = next(line for line in lines if line.startswith("drift"))
+    assert "0% [0%, 66%] (n=2) at generation 0 → 50% [9%, 91%] (n=2) at generation 2" in drift
+    assert drift.endswith("the intervals overlap.")  # two items each: no claim

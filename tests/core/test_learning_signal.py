@@ -122,9 +122,9 @@ def _with_old_logprobs(frame: pd.DataFrame, model) -> pd.DataFrame:
     return frame.assign(logprobs=logprobs)
 
 
-def generation(preset: str, tmp_path, statuses=STATUSES, any_valid: bool = True):
+def generation(preset: str, tmp_path, statuses=STATUSES, any_valid: bool = True, overrides=()):
     """(members, rewards, train_metrics, population dir, updated dir) of one generation."""
-    config = load_config(preset=preset)
+    config = load_config(preset=preset, overrides=overrides)
     torch.manual_seed(0)
     base = Qwen2ForCausalLM(Qwen2Config(**TINY_QWEN2)).eval()
     shapes = lora_shapes(TINY_QWEN2, config.population.target_modules)
@@ -187,3 +187,16 @@ def test_an_adapter_is_skipped_only_when_its_rewards_are_all_equal(tmp_path):
     assert (rewards["advantage"] == 0).all()
     assert not metrics["updated"].any() and (metrics["steps"] == 0).all()
     assert metrics["skip_reason"].str.startswith("every reward equal").all(), metrics["skip_reason"].tolist()
+
+
+def test_disabled_updates_leave_every_adapter_as_it_was(tmp_path):
+    """grpo.enabled: false (a control run): rewards vary, yet nothing is trained, and says why."""
+    members, rewards, metrics, before_dir, after_dir = generation(
+        "cpu-tiny", tmp_path, overrides=["grpo.enabled=false"]
+    )
+    assert (rewards["advantage"].abs() > 0).any()
+    assert not metrics["updated"].any() and (metrics["delta_change"] == 0).all()
+    assert (metrics["skip_reason"] == "updates disabled (grpo.enabled: false)").all()
+    for m in members:
+        old, new = load_adapter(before_dir / m.adapter_id), load_adapter(after_dir / m.adapter_id)
+        assert all(torch.equal(f.B, new.modules[n].B) and torch.equal(f.A, new.modules[n].A) for n, f in old)

@@ -1,0 +1,76 @@
+"""Intervals for the rates and means a run reports (pure functions).
+
+Every per-generation figure of a run is a proportion or a mean over a known,
+small number of samples; these give it a 95% interval so a curve is drawn with
+its band and read against its noise:
+- ``wilson``: the Wilson score interval of a binomial proportion k/n (Wilson, 1927);
+  unlike the normal interval it stays inside [0, 1] and is sane at k = 0 or n;
+- ``mean_interval``: mean ± z·s/√n (normal approximation), for rewards;
+- ``paired_bootstrap``: the difference of two pass rates on the same items, with a
+  percentile interval from resampling items (Efron & Tibshirani, 1993), which keeps
+  the pairing (the same item is hard for both).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Z95 = 1.959963984540054
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An estimate with its 95% interval and the number of samples behind it."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+
+    def as_dict(self, prefix: str) -> dict[str, float]:
+        return {prefix: self.value, f"{prefix}_low": self.low, f"{prefix}_high": self.high, f"{prefix}_n": self.n}
+
+    def __str__(self) -> str:
+        return f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}] (n={self.n})"
+
+
+def wilson(k: int, n: int, z: float = Z95) -> Interval:
+    """Wilson score interval of k successes in n trials:
+    (p̂ + z²/2n ± z·√(p̂(1−p̂)/n + z²/4n²)) / (1 + z²/n). n = 0 gives NaN."""
+    if n <= 0:
+        return Interval(float("nan"), float("nan"), float("nan"), 0)
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    low = 0.0 if k == 0 else max(0.0, centre - half)  # exact at the bounds (rounding would leave 1e-17)
+    high = 1.0 if k == n else min(1.0, centre + half)
+    return Interval(p, low, high, n)
+
+
+def mean_interval(values: Sequence[float], z: float = Z95) -> Interval:
+    """Mean ± z·s/√n (s the sample std); one value gives a zero-width interval."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        return Interval(float("nan"), float("nan"), float("nan"), 0)
+    mean = float(x.mean())
+    half = z * float(x.std(ddof=1)) / math.sqrt(x.size) if x.size > 1 else 0.0
+    return Interval(mean, mean - half, mean + half, int(x.size))
+
+
+def paired_bootstrap(
+    a: Sequence[float], b: Sequence[float], *, rng: np.random.Generator, resamples: int = 10_000
+) -> Interval:
+    """mean(a − b) over paired items, with the 2.5–97.5 percentile interval of the
+    mean over ``resamples`` resamples of the items (with replacement)."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    if d.size == 0:
+        return Interval(float("nan"), float("nan"), float("nan"), 0)
+    idx = rng.integers(0, d.size, size=(resamples, d.size))  # (R, n)
+    means = d[idx].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return Interval(float(d.mean()), float(low), float(high), int(d.size))
