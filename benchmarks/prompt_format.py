@@ -42,8 +42,6 @@ from populora_core.problems import (
 from populora_core.sandbox import SandboxPool
 from populora_core.training.fixed_pool import cruxeval_problems, judge
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-
 
 def log(msg: str) -> None:
     print(f"[prompt_format] {msg}", file=sys.stderr, flush=True)
@@ -52,7 +50,12 @@ def log(msg: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="cpu-small")
-    ap.add_argument("--data", type=Path, default=Path(os.environ.get("POPULORA_DATA", DEFAULT_DATA)))
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="data directory holding cruxeval/ (default: `populora data download cruxeval`'s)",
+    )
     ap.add_argument("--problems", type=int, default=16, help="CRUXEval problems per task type")
     ap.add_argument("--samples", type=int, default=2)
     ap.add_argument("--proposals", type=int, default=4, help="proposals per task type")
@@ -60,6 +63,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: the preset's)")
     args = ap.parse_args()
+    from populora_core.evaluation.datasets import data_dir, require
+
+    args.data = args.data or data_dir()
+    require(["cruxeval"], args.data)  # names `populora data download cruxeval` when missing
     config = load_config(preset=args.preset)
     import torch
 

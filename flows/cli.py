@@ -146,7 +146,11 @@ def _add_inspection_parsers(sub) -> None:
         help="comma-separated subset (default every one whose files are in --data-dir): " + ",".join(BENCHMARKS),
     )
     evaluate.add_argument("--limit", type=int, help="first N items of each benchmark (default all)")
-    evaluate.add_argument("--data-dir", help="benchmark files in their published layout (default ../shared/data)")
+    evaluate.add_argument(
+        "--data-dir",
+        help="benchmark files in their published layout (default: $POPULORA_DATA, else "
+        "~/.cache/populora/data; `populora data download` fills it)",
+    )
     caps = ", ".join(f"{b} {default_max_new_tokens(b)}" for b in BENCHMARKS)
     evaluate.add_argument(
         "--max-new-tokens",
@@ -196,6 +200,18 @@ def build_parser() -> argparse.ArgumentParser:
         "ref", nargs="?", default=DEFAULT_MODEL, help=f"model reference to fetch (default {DEFAULT_MODEL})"
     )
     models.set_defaults(func=tools.cmd_models)
+    data = sub.add_parser(
+        "data",
+        help="list the evaluation datasets, or download them into the data directory",
+        description="Public evaluation and reference data, fetched from where their authors publish it and "
+        "checked against the SHA-256 sums kept in the repository. Directory: $POPULORA_DATA, "
+        "else ~/.cache/populora/data.",
+    )
+    data.add_argument("action", choices=["list", "download"])
+    data.add_argument("names", nargs="*", help="datasets to download (default: all)")
+    data.add_argument("--dir", help="data directory (default: $POPULORA_DATA or ~/.cache/populora/data)")
+    data.add_argument("--mirror", help="a mirror serving each file under <mirror>/<host>/<path> of its address")
+    data.set_defaults(func=tools.cmd_data)
     return parser
 
 

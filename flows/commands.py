@@ -261,32 +261,40 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 def _evaluation_benchmarks(args: argparse.Namespace, data_dir: Path, console) -> list[str] | str:
     """The benchmarks asked for (default: every one with files in ``data_dir``), or why not."""
-    from populora_core.evaluation.benchmarks import BENCHMARKS, has_data
+    from populora_core.evaluation.benchmarks import BENCHMARKS, fetch_hint, has_data
 
     if not data_dir.is_dir():
-        return f"no benchmark data at {data_dir} (--data-dir)"
+        return f"no benchmark data at {data_dir} (--data-dir): fetch it with `{fetch_hint(list(BENCHMARKS), data_dir)}`"
     if not args.benchmarks:
         missing = [b for b in BENCHMARKS if not has_data(b, data_dir)]
         if missing:
-            console.print(f"no files in {data_dir} for {', '.join(missing)}: not evaluated")
+            hint = fetch_hint(missing, data_dir)
+            console.print(
+                f"no files in {data_dir} for {', '.join(missing)}: not evaluated" + (f" ({hint})" if hint else "")
+            )
         return [b for b in BENCHMARKS if b not in missing]
     benchmarks = args.benchmarks.split(",")
     unknown = [b for b in benchmarks if b not in BENCHMARKS]
     if unknown:
         return f"unknown benchmarks {unknown}; benchmarks: {', '.join(BENCHMARKS)}"
     missing = [b for b in benchmarks if not has_data(b, data_dir)]
-    return f"no files in {data_dir} for {', '.join(missing)} (--data-dir)" if missing else benchmarks
+    if missing:
+        hint = fetch_hint(missing, data_dir)
+        return f"no files in {data_dir} for {', '.join(missing)} (--data-dir)" + (
+            f": fetch with `{hint}`" if hint else ""
+        )
+    return benchmarks
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from flows.evaluate import evaluate_flow, evaluate_runs_flow
-    from populora_core.evaluation.stages import DEFAULT_DATA_DIR
+    from populora_core.evaluation.datasets import data_dir as default_data_dir
     from populora_core.runs import open_run
 
     console = Console()
-    data_dir = Path(args.data_dir) if args.data_dir else DEFAULT_DATA_DIR
+    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     try:
         runs = [open_run(r, _runs_dir(args)) for r in args.runs]
         for run in runs:  # a pruned snapshot is named now, not after the base model was scored

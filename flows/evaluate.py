@@ -9,7 +9,7 @@ from prefect import flow
 from populora_core.runs import default_runs_dir, open_run
 from tasks.evaluate import (
     BENCHMARKS,
-    DEFAULT_DATA_DIR,
+    default_data_dir,
     evaluate_benchmark,
     evaluation_comparison,
     evaluation_table,
@@ -33,10 +33,10 @@ def evaluate_flow(
     benchmark's own cap); results under ``<run>/eval/``."""
     run = open_run(run_dir, default_runs_dir())
     generation = run.next_generation() if generation is None else generation
-    data = data_dir or str(DEFAULT_DATA_DIR)
+    data = data_dir or str(default_data_dir())
     chosen = benchmarks or [b for b in BENCHMARKS if has_data(b, data)]
     if not chosen:
-        raise ValueError(f"no benchmark files in {data} (data_dir)")
+        raise ValueError(f"no benchmark files in {data} (data_dir): fetch them with `populora data download`")
     parts = [
         evaluate_benchmark(str(run.root), generation, b, data, limit, max_new_tokens, include_base)["path"]
         for b in chosen

@@ -126,6 +126,32 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from populora_core.evaluation.datasets import DATASETS, DataUnavailable, data_dir, download, is_present
+
+    console = Console()
+    directory = Path(args.dir) if args.dir else data_dir()
+    if args.action == "list":
+        table = Table(title=f"Datasets (directory: {directory})")
+        for col in ("name", "description", "license", "files", "present"):
+            table.add_column(col)
+        for name, d in DATASETS.items():
+            present = "yes" if is_present(name, directory) else "no"
+            table.add_row(name, d.description, d.license, str(len(d.files)), present)
+        console.print(table)
+        return 0
+    try:
+        paths = download(args.names, directory, mirror=args.mirror)
+    except DataUnavailable as exc:
+        console.print(f"[red]{exc}")
+        return 1
+    console.print(f"{len(paths)} file(s) in {directory}, each matching its published SHA-256")
+    return 0
+
+
 # training runs ------------------------------------------------------------------
 def cmd_prune(args: argparse.Namespace) -> int:
     from rich.console import Console

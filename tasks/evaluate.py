@@ -10,13 +10,13 @@ from prefect.cache_policies import NO_CACHE
 
 from populora_core.evaluation import stages
 from populora_core.evaluation.benchmarks import BENCHMARKS, has_data
-from populora_core.evaluation.stages import DEFAULT_DATA_DIR
+from populora_core.evaluation.datasets import data_dir as default_data_dir
 from populora_core.runs import open_run
 from populora_core.stages.summary import artifact_key
 
 __all__ = [
     "BENCHMARKS",
-    "DEFAULT_DATA_DIR",
+    "default_data_dir",
     "evaluate_benchmark",
     "evaluation_comparison",
     "evaluation_table",

@@ -83,6 +83,19 @@ def get_benchmark(name: str) -> Benchmark:
         raise ValueError(f"unknown benchmark {name!r}; benchmarks: {', '.join(BENCHMARKS)}") from None
 
 
+def fetch_hint(names: list[str], data_dir: Path) -> str:
+    """The command that fetches the data of benchmarks ``names`` into ``data_dir`` (a dataset
+    is named by the first folder of a benchmark's files, as ``evaluation.datasets`` stores it)."""
+    from populora_core.evaluation.datasets import DATASETS
+    from populora_core.evaluation.datasets import data_dir as default_dir
+
+    sets = sorted({p.split("/")[0] for n in names for p in get_benchmark(n).files} & set(DATASETS))
+    if not sets:
+        return ""
+    where = "" if Path(data_dir) == default_dir() else f" --dir {data_dir}"
+    return f"populora data download {' '.join(sets)}{where}"
+
+
 def has_data(name: str, data_dir: Path) -> bool:
     """Whether ``data_dir`` holds every file benchmark ``name`` reads."""
     return all(any(Path(data_dir).glob(pattern)) for pattern in get_benchmark(name).files)

@@ -21,6 +21,7 @@ import pandas as pd
 
 from populora_core.artifacts import read_parquet, write_parquet_atomic, write_text_atomic
 from populora_core.evaluation.benchmarks import default_max_new_tokens, load_benchmark
+from populora_core.evaluation.datasets import data_dir as default_data_dir
 from populora_core.evaluation.runner import evaluate
 from populora_core.evaluation.tables import (
     comparison,
@@ -31,9 +32,6 @@ from populora_core.evaluation.tables import (
 )
 from populora_core.inference.base import BASE
 from populora_core.runs import RunDir
-
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
-"""The public benchmark files beside the repository (``../shared/data``)."""
 
 
 def settings_key(data_dir: Path, limit: int | None, max_new_tokens: int, include_base: bool) -> str:
@@ -47,7 +45,7 @@ def evaluate_benchmark(
     generation: int,
     benchmark: str,
     *,
-    data_dir: Path = DEFAULT_DATA_DIR,
+    data_dir: Path | None = None,
     limit: int | None = None,
     max_new_tokens: int | None = None,
     include_base: bool = True,
@@ -57,6 +55,7 @@ def evaluate_benchmark(
     the benchmark's default); returns {path, rows, cached}."""
     from populora_core.runtime import get_runtime
 
+    data_dir = Path(data_dir) if data_dir is not None else default_data_dir()  # evaluation.datasets
     max_new_tokens = max_new_tokens or default_max_new_tokens(benchmark)
     path = run.eval_part(generation, benchmark, settings_key(data_dir, limit, max_new_tokens, include_base))
     if path.is_file():

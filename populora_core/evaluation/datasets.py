@@ -1,0 +1,323 @@
+"""The public evaluation and reference data: where each file is published, its SHA-256,
+and fetching it into the user's data directory.
+
+Files are fetched from their authors' published locations (GitHub release assets and raw
+files at a pinned commit, Hugging Face dataset files at a pinned revision), byte for byte,
+and accepted only when their SHA-256 equals the one kept here. A download goes to
+``<file>.part`` first and is renamed into place only once complete and verified, so an
+interrupted or corrupted download is never used: the next attempt resumes the
+``.part`` (an HTTP range request; a server that ignores it sends the whole file again).
+
+Data directory: ``$POPULORA_DATA``, else ``~/.cache/populora/data`` (``models.cache_root``).
+A mirror (``--mirror URL``) serves the same files under ``URL/<host>/<path>`` of each
+published address.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+QWEN_MATH = (
+    "https://raw.githubusercontent.com/QwenLM/Qwen2.5-Math/a45202bd16f1ec06f433442dc1152d0074773465/evaluation/data"
+)
+GOOGLE_MBPP = "https://raw.githubusercontent.com/google-research/google-research/master/mbpp"
+AIME25 = "https://huggingface.co/datasets/opencompass/AIME2025/resolve/a6ad95f611d72cf628a80b58bd0432ef6638f958"
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One published file: where it goes under the data directory, where it comes from."""
+
+    path: str
+    url: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Dataset:
+    files: tuple[DataFile, ...]
+    description: str
+    license: str
+
+
+DATASETS: dict[str, Dataset] = {
+    "humanevalplus": Dataset(
+        (
+            DataFile(
+                "humanevalplus/HumanEvalPlus.jsonl.gz",
+                "https://github.com/evalplus/humanevalplus_release/releases/download/v0.1.10/HumanEvalPlus.jsonl.gz",
+                "272720b90ac375502c8ed23cd791c2a93dfb22a911641a494da74a426c09f101",
+                925932,
+            ),
+        ),
+        "HumanEval+ v0.1.10 (evalplus release), 164 tasks",
+        "Apache-2.0",
+    ),
+    "mbppplus": Dataset(
+        (
+            DataFile(
+                "mbppplus/MbppPlus.jsonl.gz",
+                "https://github.com/evalplus/mbppplus_release/releases/download/v0.2.0/MbppPlus.jsonl.gz",
+                "af43697e8791c4c149bdfd6b489d8b5412507551ac20e28a439f650b8225db63",
+                336032,
+            ),
+        ),
+        "MBPP+ v0.2.0 (evalplus release), 378 tasks",
+        "Apache-2.0; MBPP CC-BY-4.0",
+    ),
+    "mbpp": Dataset(
+        (
+            DataFile(
+                "mbpp/mbpp.jsonl",
+                f"{GOOGLE_MBPP}/mbpp.jsonl",
+                "ccf64ceae9c5403bf50a044cb6d505bfd2a2963ee58338ba268fd65beab92a9f",
+                563743,
+            ),
+            DataFile(
+                "mbpp/sanitized-mbpp.json",
+                f"{GOOGLE_MBPP}/sanitized-mbpp.json",
+                "ca95deaa9a01ef0a6f439f88bcf0dd3db3563d22f22aad6cae04ebb9a8d8c8e9",
+                255053,
+            ),
+        ),
+        "MBPP, full (974) and sanitized (427)",
+        "CC-BY-4.0",
+    ),
+    "cruxeval": Dataset(
+        (
+            DataFile(
+                "cruxeval/cruxeval.jsonl",
+                "https://raw.githubusercontent.com/facebookresearch/cruxeval/"
+                "190faf16d175b5847b0af05d937872b1fb395942/data/cruxeval.jsonl",
+                "8368b81047dc5014e4caf5a2f97604eff7644e0ecd7415e3ceeb184bbc2e0c96",
+                186873,
+            ),
+        ),
+        "CRUXEval, 800 programs with an input and its output",
+        "MIT",
+    ),
+    "gsm8k": Dataset(
+        (
+            DataFile(
+                "gsm8k/test.jsonl",
+                "https://raw.githubusercontent.com/openai/grade-school-math/"
+                "3101c7d5072418e28b9008a6636bde82a006892c/grade_school_math/data/test.jsonl",
+                "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
+                749738,
+            ),
+        ),
+        "GSM8K test split, 1319 problems",
+        "MIT",
+    ),
+    "math500": Dataset(
+        (
+            DataFile(
+                "math500/test.jsonl",
+                "https://huggingface.co/datasets/HuggingFaceH4/MATH-500/resolve/main/test.jsonl",
+                "35dc41080a3680858b27fa7e0533d2d547825316fc5dafe5d316f4ccc5a06132",
+                446564,
+            ),
+        ),
+        "MATH-500 (prm800k's test split), 500 problems",
+        "MIT",
+    ),
+    "aime24": Dataset(
+        (
+            DataFile(
+                "aime24/test.jsonl",
+                f"{QWEN_MATH}/aime24/test.jsonl",
+                "af2b8bd2aa911b6333ad0df32f3ca05c7ae8ed10f1731f4372c8ae26990bf7ac",
+                156944,
+            ),
+        ),
+        "AIME 2024 (Qwen2.5-Math evaluation data), 30 problems",
+        "MIT (Qwen2.5-Math evaluation/); problems © MAA",
+    ),
+    "aime25": Dataset(
+        (
+            DataFile(
+                "aime25/aime2025-I.jsonl",
+                f"{AIME25}/aime2025-I.jsonl",
+                "b91b3c96f05d9635d2a0692b124ebe023c1ff59cb19c074275e6c4b349d0659e",
+                5764,
+            ),
+            DataFile(
+                "aime25/aime2025-II.jsonl",
+                f"{AIME25}/aime2025-II.jsonl",
+                "16a2dcfbbf9db1b11f8a69a3ba5e4cac73e3641b19a37e2307e9c12240bbed5e",
+                6285,
+            ),
+        ),
+        "AIME 2025 I and II (opencompass), 30 problems",
+        "not stated by the source; problems © MAA",
+    ),
+    "amc23": Dataset(
+        (
+            DataFile(
+                "amc23/test.jsonl",
+                f"{QWEN_MATH}/amc23/test.jsonl",
+                "43707e1ca784602d8479de24ee8ce36609dbebc46dd152b0b12a46611aa898a4",
+                27631,
+            ),
+        ),
+        "AMC 2023 (Qwen2.5-Math evaluation data), 40 problems",
+        "MIT (Qwen2.5-Math evaluation/); problems © MAA",
+    ),
+    "minerva_math": Dataset(
+        (
+            DataFile(
+                "minerva_math/test.jsonl",
+                f"{QWEN_MATH}/minerva_math/test.jsonl",
+                "0e656b430d3a0a1dab6aa853f453ba3805e28e2cabe4fc72486a897cc09d8ba2",
+                247267,
+            ),
+        ),
+        "Minerva Math (Qwen2.5-Math evaluation data), 272 problems",
+        "MIT (Qwen2.5-Math evaluation/)",
+    ),
+    "olympiadbench": Dataset(
+        (
+            DataFile(
+                "olympiadbench/test.jsonl",
+                f"{QWEN_MATH}/olympiadbench/test.jsonl",
+                "bb8c1e38a16ea9eacb77530315a674d883f267fbff79183effc53681b4fcc416",
+                1493870,
+            ),
+        ),
+        "OlympiadBench OE_TO_maths_en_COMP (Qwen2.5-Math evaluation data), 675 problems",
+        "MIT",
+    ),
+}
+"""Every dataset ``populora data download`` fetches."""
+
+
+class DataUnavailable(RuntimeError):
+    """A dataset that is not in the data directory, or could not be fetched; the message says what to do."""
+
+
+def data_dir() -> Path:
+    """``$POPULORA_DATA``, else ``data`` under the cache root (``~/.cache/populora``)."""
+    from populora_core.models import cache_root
+
+    env = os.environ.get("POPULORA_DATA")
+    return Path(env).expanduser() if env else cache_root() / "data"
+
+
+def get_dataset(name: str) -> Dataset:
+    """The dataset called ``name``; a miss lists the valid names."""
+    try:
+        return DATASETS[name]
+    except KeyError:
+        raise DataUnavailable(f"unknown dataset {name!r}; datasets: {', '.join(DATASETS)}") from None
+
+
+def is_present(name: str, directory: Path) -> bool:
+    """Every file of the dataset is in ``directory`` with its published size (the SHA-256 was
+    checked when it was downloaded)."""
+    return all(
+        (p := Path(directory) / f.path).is_file() and p.stat().st_size == f.size for f in get_dataset(name).files
+    )
+
+
+def require(names: Sequence[str], directory: Path) -> None:
+    """Raises DataUnavailable naming the command that fetches whatever of ``names`` is missing."""
+    missing = [n for n in names if not is_present(n, directory)]
+    if missing:
+        raise DataUnavailable(
+            f"{', '.join(missing)} not in {directory}: fetch with `populora data download {' '.join(missing)}`"
+            + ("" if Path(directory) == data_dir() else f" --dir {directory}")
+        )
+
+
+def source_url(file: DataFile, mirror: str | None = None) -> str:
+    """The published address, or the same host and path under ``mirror``."""
+    if not mirror:
+        return file.url
+    parts = urllib.parse.urlsplit(file.url)
+    return f"{mirror.rstrip('/')}/{parts.netloc}{parts.path}"
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fetch_file(
+    file: DataFile,
+    directory: Path,
+    *,
+    mirror: str | None = None,
+    timeout: float = 60.0,
+    progress: Callable[[int], None] | None = None,
+) -> Path:
+    """Downloads one file into ``directory`` (resuming its ``.part``), verifies its SHA-256 and
+    renames it into place; raises DataUnavailable (the ``.part`` kept for the next attempt
+    when the transfer broke off, removed when the content is wrong)."""
+    target = Path(directory) / file.path
+    part = target.with_name(target.name + ".part")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    url = source_url(file, mirror)
+    have = part.stat().st_size if part.is_file() else 0
+    if have > file.size:
+        part.unlink()
+        have = 0
+    request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            resumed = have and response.status == 206
+            with open(part, "ab" if resumed else "wb") as out:
+                if progress and resumed:
+                    progress(have)
+                for block in iter(lambda: response.read(1 << 16), b""):
+                    out.write(block)
+                    if progress:
+                        progress(len(block))
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # IncompleteRead: HTTPException
+        raise DataUnavailable(f"{file.path}: download from {url} broke off ({exc!r}); run the command again to resume")
+    size = part.stat().st_size
+    if size < file.size:
+        raise DataUnavailable(
+            f"{file.path}: got {size} of {file.size} bytes from {url}; run the command again to resume"
+        )
+    digest = file_sha256(part)
+    if size != file.size or digest != file.sha256:
+        part.unlink()
+        raise DataUnavailable(
+            f"{file.path}: the file from {url} is not the published one (sha256 {digest[:16]}…, {size} bytes; "
+            f"expected {file.sha256[:16]}…, {file.size} bytes); it was refused and removed"
+        )
+    os.replace(part, target)
+    return target
+
+
+def download(
+    names: Sequence[str],
+    directory: Path | None = None,
+    *,
+    mirror: str | None = None,
+    progress: bool = True,
+) -> list[Path]:
+    """Fetches every file of ``names`` (all datasets when empty) that ``directory`` lacks;
+    returns the paths of the files now present. Files already there are left alone."""
+    from tqdm.auto import tqdm
+
+    directory = Path(directory) if directory is not None else data_dir()
+    chosen = [get_dataset(n) for n in (names or DATASETS)]
+    files = [f for d in chosen for f in d.files]
+    todo = [f for f in files if not ((p := directory / f.path).is_file() and p.stat().st_size == f.size)]
+    with tqdm(total=sum(f.size for f in todo), unit="B", unit_scale=True, desc="data", disable=not progress) as bar:
+        for f in todo:
+            fetch_file(f, directory, mirror=mirror, progress=bar.update)
+    return [directory / f.path for f in files]
