@@ -108,7 +108,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.data = args.data or data_dir()
         require(["cruxeval"], args.data)  # names `populora data download cruxeval` when missing
     if args.quick:
-        args.steps, args.problems, args.samples, args.heldout, args.last = 2, 2, 2, 8, 1
+        args.steps, args.problems, args.samples, args.heldout, args.last, args.minibatches = 2, 2, 2, 8, 1, 1
     return args
 
 
@@ -124,6 +124,12 @@ class Setup:
         if args.quick:
             overrides += ["model.name=embedded:smollm2-135m-instruct", "inference.student_max_new_tokens=24"]
         self.config = load_config(preset=args.preset, overrides=overrides)
+        per_minibatch = args.problems * args.samples / args.minibatches
+        if per_minibatch % self.config.grpo.micro_batch_size:
+            raise SystemExit(
+                f"--problems x --samples / --minibatches ({per_minibatch:g}) must be a multiple of the micro-batch "
+                f"({self.config.grpo.micro_batch_size}): TRL accumulates whole micro-batches"
+            )
         self.args = args
         self.model_path = resolve_model(self.config.model.name)
         pool = cruxeval_problems(args.data / "cruxeval" / "cruxeval.jsonl")

@@ -40,6 +40,9 @@ PRESETS: dict[str, dict] = {
         "population": {"teachers": 4, "students": 4, "rank": 16, "alpha": 32.0},
         "evolution": {"every_k": 2, "replace_fraction": 0.25},
         "grpo": {"micro_batch_size": 4, "learning_rate": 1e-5},
+        # drift every generation: 4 probe items x (8 members + the base) = 36 greedy answers,
+        # against the 48-60 samples of the solve stage
+        "probe": {"items": 4},
     },
     "paper-7b": {
         # The PopuLoRA paper's population (4 + 4, rank 32, α 64) on a GPU node with vLLM.
