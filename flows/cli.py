@@ -118,6 +118,7 @@ def _add_inspection_parsers(sub) -> None:
 
     status = sub.add_parser("status", help="what a run has done", description="Generations and stages of a run.")
     status.add_argument("run", help="run directory or run id")
+    status.add_argument("--wide", action="store_true", help="every column of the generation table")
     _add_run_options(status)
     status.set_defaults(func=commands.cmd_status)
 

@@ -42,34 +42,46 @@ def _runs_dir(args: argparse.Namespace) -> Path:
     return Path(args.runs_dir) if args.runs_dir else default_runs_dir()
 
 
-def _generations_table(run) -> object:
+NARROW = ("gen", "valid", "solved", "fmt err", "T reward", "drift", "sec")
+"""The generation table's columns at 80 columns (`populora status --wide` shows every one)."""
+
+
+def _generations_table(run, wide: bool = False) -> object:
+    """One row per complete generation: `NARROW`'s columns, or every column when ``wide``."""
     from rich.table import Table
 
     from populora_core.stages.summary import mib, pct, updated_count
 
-    table = Table(title=f"{run.run_id}: generations")
     columns = ("gen", "valid", "solved", "fresh", "fmt err", "T reward", "updated", "drift", "cov/all", "repl", "sec")
-    columns += ("written",)
-    columns += ("resumed",)
-    for col in columns:
+    columns += ("written", "resumed")
+    shown = columns if wide else NARROW
+    table = Table(title=f"{run.run_id}: generations")
+    for col in shown:
         table.add_column(col, justify="right")
     for s in run.summaries():
         rewards = list(s["teacher_reward"].values())
-        table.add_row(
-            str(s["generation"]),
-            f"{s['valid_rate']:.0%}",
-            f"{s['solve_rate']:.0%}",
-            pct(s.get("fresh_solve_rate", float("nan"))),
-            f"{s['format_error_rate']:.0%}",
-            f"{sum(rewards) / len(rewards):+.2f}" if rewards else "",
-            updated_count(s),
-            pct(s.get("drift_mean", float("nan"))),
-            f"{s['coverage']:.1%}/{s['cumulative_coverage']:.1%}",
-            str(len(s["replaced"])),
-            f"{s['seconds']:.0f}",
-            mib(s["bytes_written"]) if "bytes_written" in s else "",
-            ",".join(s.get("resumed_stages", [])) or "-",
+        cells = dict(
+            zip(
+                columns,
+                (
+                    str(s["generation"]),
+                    f"{s['valid_rate']:.0%}",
+                    f"{s['solve_rate']:.0%}",
+                    pct(s.get("fresh_solve_rate", float("nan"))),
+                    f"{s['format_error_rate']:.0%}",
+                    f"{sum(rewards) / len(rewards):+.2f}" if rewards else "",
+                    updated_count(s),
+                    pct(s.get("drift_mean", float("nan"))),
+                    f"{s['coverage']:.1%}/{s['cumulative_coverage']:.1%}",
+                    str(len(s["replaced"])),
+                    f"{s['seconds']:.0f}",
+                    mib(s["bytes_written"]) if "bytes_written" in s else "",
+                    ",".join(s.get("resumed_stages", [])) or "-",
+                ),
+                strict=True,
+            )
         )
+        table.add_row(*(cells[c] for c in shown))
     return table
 
 
@@ -191,7 +203,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if len(st.complete) < st.target_generations:
         done = ", ".join(st.next_stages_done) or "none"
         console.print(f"generation {st.next_generation}: stages done: {done}  (`populora resume {st.path}`)")
-    console.print(_generations_table(run))
+    console.print(_generations_table(run, wide=args.wide))
     return 0
 
 

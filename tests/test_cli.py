@@ -48,3 +48,35 @@ def test_unavailable_backend_fails_with_a_message():
     )
     assert proc.returncode == 1
     assert "sandbox unavailable" in proc.stdout and "docker" in proc.stdout
+
+
+def test_the_generation_table_fits_80_columns_and_wide_shows_every_column():
+    from rich.console import Console
+
+    from flows.commands import NARROW, _generations_table
+
+    summary = {
+        "generation": 12,
+        "valid_rate": 0.333,
+        "solve_rate": 0.25,
+        "fresh_solve_rate": 0.125,
+        "format_error_rate": 0.41,
+        "teacher_reward": {"t0": -0.5, "t1": 0.25},
+        "updates": {"t0": {"skip_reason": ""}, "s0": {"skip_reason": ""}},
+        "drift_mean": 0.375,
+        "coverage": 0.012,
+        "cumulative_coverage": 0.034,
+        "replaced": {"t1": "t2"},
+        "seconds": 434.2,
+        "bytes_written": 123_456_789,
+        "resumed_stages": ["pair", "propose"],
+    }
+    run = type("Run", (), {"run_id": "cpu-small-20261201-120000", "summaries": lambda self: [summary]})()
+    for wide, width in ((False, 80), (True, 200)):
+        console = Console(width=width, record=True)
+        console.print(_generations_table(run, wide=wide))
+        text = console.export_text()
+        assert "…" not in text, text
+        assert "38%" in text and "-0.12" in text and "434" in text
+        assert ("resumed" in text) is wide and ("pair,propose" in text) is wide
+    assert len(NARROW) <= 7
