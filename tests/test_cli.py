@@ -37,6 +37,29 @@ def test_verify_file_and_bad_file(tmp_path):
     assert "bad.jsonl:1" in proc.stdout
 
 
+def test_verify_timeout_is_the_limit_every_program_runs_under(tmp_path):
+    """One time limit, `sandbox.timeout_s`: --timeout reaches the validation runs of a proposal."""
+    slow = "def f(n):\n    s = 0\n    for i in range(n):\n        s += i\n    return s"
+    completion = f"<answer>\n```python\n{slow}\n```\n```input\n3000000\n```\n</answer>"
+    path = tmp_path / "slow.jsonl"
+    path.write_text(json.dumps({"task_type": "code_o", "completion": completion}) + "\n")
+    short = run_cli("verify", str(path), "--timeout", "0.05")
+    assert short.returncode == 0, short.stderr
+    assert "timeout" in short.stdout and "4499998500000" not in short.stdout
+    long = run_cli("verify", str(path), "--timeout", "20")
+    assert long.returncode == 0, long.stderr
+    assert "4499998500000" in long.stdout
+
+
+def test_a_config_with_the_old_problems_time_limit_loads_with_it_in_the_sandbox():
+    from populora_core.config import validate_config
+
+    config = validate_config({"problems": {"timeout_s": 3.5}})
+    assert config.sandbox.timeout_s == 3.5 and "timeout_s" not in config.problems.model_dump()
+    both = validate_config({"problems": {"timeout_s": 3.5}, "sandbox": {"timeout_s": 1.0}})
+    assert both.sandbox.timeout_s == 1.0
+
+
 def test_unavailable_backend_fails_with_a_message():
     proc = subprocess.run(
         [sys.executable, "-m", "flows.cli", "verify", "--demo", "--backend", "docker"],

@@ -85,7 +85,9 @@ class SandboxConfig(_Frozen):
     workers: int = Field(2, ge=1, le=256)
     """Worker processes (each in its own sandbox) running programs in parallel."""
     timeout_s: float = Field(2.0, gt=0, le=600)
-    """Wall-clock limit for one program; CPU time is capped one second above it."""
+    """Wall-clock limit for one program (validating a proposal, judging an answer; `populora
+    verify --timeout`); CPU time is capped one second above it. The only time limit a
+    program has (held-out benchmarks set their own per item)."""
     memory_mb: int = Field(512, ge=64, le=65536)
     """Address-space limit for one program."""
     max_output_bytes: int = Field(65536, ge=256, le=64 * 1024 * 1024)
@@ -132,8 +134,6 @@ class ProblemsConfig(_Frozen):
     """Longest accepted input expression."""
     max_output_chars: int = Field(2000, ge=1)
     """Longest accepted repr of a gold output."""
-    timeout_s: float = Field(2.0, gt=0)
-    """Per-run time limit when validating a proposal (runs twice)."""
     code_f_min_inputs: int = Field(4, ge=2)
     """Induction proposals need at least this many distinct inputs (half are shown)."""
     answer_max_chars: int = Field(4000, ge=1)

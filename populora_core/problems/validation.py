@@ -112,7 +112,7 @@ def validate_proposals(
         for inp in proposal.inputs:
             per_input.append((len(jobs), len(RUN_SALTS)))
             jobs += [
-                Job(code=proposal.program, expr=f"f({inp}\n)", timeout_s=config.timeout_s, salt=salt)
+                Job(code=proposal.program, expr=f"f({inp}\n)", salt=salt)  # the sandbox's time limit
                 for salt in RUN_SALTS
             ]
         plans.append(per_input)
