@@ -1,7 +1,7 @@
 """What a Ray cluster buys: the update and verify stages on one node against two, and the cost
 of Ray itself on a whole generation.
 
-    python benchmarks/cluster_scaling.py [--quick] [--source RUN] [--only update|verify|overhead]
+    python benchmarks/cluster_scaling.py [--quick] [--source RUN] [--only update|verify|overhead] [--data DIR]
 
 Clusters are real Ray clusters on this machine (``ray.cluster_utils.Cluster``), one CPU per
 node, with ``model.threads=1`` so a node's work uses its one CPU:
@@ -12,7 +12,8 @@ node, with ``model.threads=1`` so a node's work uses its one CPU:
    two; ``update_speedup_2_nodes`` = one node's seconds / two nodes'. Each worker loads its
    base model once, inside the timing (a fresh cluster pays it).
 2. verify: 2,000 answer checks (CRUXEval programs called on their inputs, ``f(input) ==
-   output``, from ../shared/data; --quick: 500) through the Ray engine's sandbox pool
+   output``, from the data directory's ``cruxeval/``, which `populora data download cruxeval`
+   fills; --quick: 500) through the Ray engine's sandbox pool
    (``cluster.RaySandboxPool``, one sandbox worker per node), median of 3 passes;
    ``verify_speedup_2_nodes``.
 3. ``ray_overhead_ratio``: generation 0 of a new cpu-tiny run, every stage, on a one-node Ray
@@ -46,8 +47,6 @@ sys.path.insert(0, str(REPO))
 from populora_core.config import load_config  # noqa: E402
 from populora_core.runs import RunDir, create_run  # noqa: E402
 from populora_core.stages import runner, table  # noqa: E402
-
-DATA = REPO.parent / "shared" / "data"
 
 
 def log(message: str) -> None:
@@ -116,11 +115,12 @@ def update_seconds(source: RunDir, nodes: int, work: Path) -> tuple[float, int]:
     return seconds, int(trained["updated"].sum())
 
 
-def cruxeval_jobs(n: int) -> list:
-    """``n`` answer checks like the verify stage's: a program, then ``f(input) == output``."""
+def cruxeval_jobs(n: int, data: Path) -> list:
+    """``n`` answer checks like the verify stage's: a program, then ``f(input) == output``
+    (CRUXEval's programs, from the data directory ``data``)."""
     from populora_core.sandbox.protocol import Job
 
-    items = [json.loads(line) for line in (DATA / "cruxeval" / "cruxeval.jsonl").read_text().splitlines()]
+    items = [json.loads(line) for line in (data / "cruxeval" / "cruxeval.jsonl").read_text().splitlines()]
     return [
         Job(code=it["code"], expr=f"f({it['input']}) == {it['output']}") for it in (items * (n // len(items) + 1))[:n]
     ]
@@ -179,6 +179,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="cpu-tiny's update, 500 verify jobs, 1 pass")
     parser.add_argument("--source", help="a run whose generation 0 went through `reward` (for the update stage)")
     parser.add_argument("--only", choices=["update", "verify", "overhead"], help="measure one part only")
+    parser.add_argument(
+        "--data", type=Path, default=None, help="data directory holding cruxeval/ (default: the data directory)"
+    )
     args = parser.parse_args()
     figures: dict = {"quick": args.quick}
     with tempfile.TemporaryDirectory(prefix="cluster-scaling-") as tmp:
@@ -206,7 +209,11 @@ def update_figures(args: argparse.Namespace, work: Path) -> dict:
 
 
 def verify_figures(args: argparse.Namespace) -> dict:
-    jobs = cruxeval_jobs(500 if args.quick else 2000)
+    from populora_core.evaluation.datasets import data_dir, require
+
+    data = args.data or data_dir()
+    require(["cruxeval"], data)  # names `populora data download cruxeval` when missing
+    jobs = cruxeval_jobs(500 if args.quick else 2000, data)
     passes = 1 if args.quick else 3
     log(f"verify stage, {len(jobs)} answer checks, 1 node vs 2 nodes (1 sandbox worker each):")
     one, two = verify_seconds(jobs, 1, passes), verify_seconds(jobs, 2, passes)

@@ -137,7 +137,7 @@ class Runtime:
                     self.model_path,
                     AutoTokenizer.from_pretrained(self.model_path),
                     url=inf.vllm_url,
-                    max_loras=members + 2,  # above the adapter count (NOTES.md: a base row went wrong at equal)
+                    max_loras=members + 2,  # above the adapter count (at equal, a base row got an adapter's output)
                     max_lora_rank=_vllm_rank(self.config.population.rank),
                     dtype=resolve_dtype(self.config.model.dtype, self.config.model.device),
                     extra_args=inf.vllm_args,

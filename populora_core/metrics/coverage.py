@@ -79,7 +79,7 @@ Calibration = dict[str, float]
 """Size metric → U, twice the largest value − floor over a reference corpus."""
 
 REFERENCE_CALIBRATION: Calibration = {"ast_depth": 28.0, "cyclomatic": 30.0, "loc": 98.0, "halstead": 12.52}
-"""``calibrate`` of the CRUXEval (800) and MBPP (974) programs in ../shared/data (a test recomputes it)."""
+"""``calibrate`` of the CRUXEval (800) and MBPP (974) programs (`populora data download`; a test recomputes it)."""
 
 
 def _size(metric: str, metrics: dict[str, float]) -> float:

@@ -2,9 +2,9 @@
 
 Prompts are chat messages. Each teacher prompt shows K reference problems from
 the teacher's buffer written in the exact answer format; with a small model
-that example is what keeps the format (NOTES.md: 0% valid proposals without a
-worked example, 33% with one). Generation should pre-fill the assistant turn
-with ``ASSISTANT_PREFILL`` and stop at ``</answer>``.
+that example is what keeps the format (measured with the 0.5B model: 0 of 16
+proposals valid without a worked example, 16 of 48 with one). Generation should
+pre-fill the assistant turn with ``ASSISTANT_PREFILL`` and stop at ``</answer>``.
 """
 
 from __future__ import annotations
