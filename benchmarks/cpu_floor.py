@@ -15,7 +15,7 @@ In one run, on this machine:
      2 FLOPs per weight per token, backward 2 more (activation gradients; LoRA weight
      gradients are negligible) / GEMM rate at M = 512;
 3. the project's time for each phase, measured with its own code (``HFBackend``,
-   ``runtime.Trainer``) on the same shapes, and the ratio to the floor;
+   ``training.trainer.Trainer``) on the same shapes, and the ratio to the floor;
 4. with ``--before REV``: one cpu-small generation with this checkout and with the code at
    REV (a git worktree), one after the other in this run; ``generation_speedup`` is the
    ratio of their generation seconds.
@@ -135,8 +135,7 @@ def measure_project(
     from populora_core.inference.hf import HFBackend
     from populora_core.models import load_model, resolve_model
     from populora_core.population.adapters import create_population, lora_shapes_from_model, save_adapter
-    from populora_core.runtime import Trainer
-    from populora_core.training.trainer import Rollout
+    from populora_core.training.trainer import Rollout, Trainer
 
     path = resolve_model(model_name)
     model, tokenizer = load_model(path, dtype="float32")

@@ -5,7 +5,7 @@ input prediction (the project's ``code_o`` / ``code_i`` task types) and is measu
 on a held-out split of programs it never trains on. Ours runs the generation flow's
 own pieces (``training.fixed_pool``: the student prompt, the HF backend's sampling,
 the sandbox judge, the student reward, the flow's advantage estimator and
-``runtime.Trainer.update``). TRL's ``GRPOTrainer`` runs with the same model, the same
+``training.trainer.Trainer.update``). TRL's ``GRPOTrainer`` runs with the same model, the same
 initial adapter, data in the same order, reward function, group size, learning rate,
 token cap and number of steps.
 
@@ -203,7 +203,7 @@ def _indices(index: list[int]) -> str:
 
 def run_ours(setup: Setup, init, workdir: Path, pool: SandboxPool) -> tuple[list[dict], list[pd.DataFrame]]:
     from populora_core.inference.hf import HFBackend
-    from populora_core.runtime import Trainer
+    from populora_core.training.trainer import Trainer
 
     cfg = setup.config
     backend = HFBackend(setup.model_path, dtype=cfg.model.dtype, batch_size=cfg.inference.batch_size)

@@ -14,99 +14,13 @@ import atexit
 import hashlib
 import json
 import threading
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
 
 import torch
-from tqdm.auto import tqdm
 
-from populora_core.config import PopulationConfig, RunConfig
+from populora_core.config import RunConfig
 from populora_core.models import resolve_dtype
-from populora_core.population.lora import LoraAdapter
-from populora_core.training.trainer import Rollout, extract_adapter, update_adapter
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-class Trainer:
-    """One PEFT LoRA slot on a base model; ``update`` trains given factors in it."""
-
-    SLOT = "member"
-
-    def __init__(self, model, tokenizer, population: PopulationConfig) -> None:
-        from peft import LoraConfig, get_peft_model
-
-        lora = LoraConfig(
-            r=population.rank,
-            lora_alpha=population.alpha,
-            target_modules=list(population.target_modules),
-            lora_dropout=0.0,
-        )
-        self.model = get_peft_model(model, lora, adapter_name=self.SLOT).eval()
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self._modules = {
-            name.removeprefix("base_model.model."): module
-            for name, module in self.model.named_modules()
-            if self.SLOT in getattr(module, "lora_A", {})
-        }
-
-    def load(self, adapter: LoraAdapter) -> None:
-        missing = set(self._modules) ^ set(adapter.modules)
-        if missing:
-            raise ValueError(f"adapter modules do not match the trainer's: {sorted(missing)[:4]}")
-        with torch.no_grad():
-            for name, f in adapter:
-                module = self._modules[name]
-                module.lora_A[self.SLOT].weight.copy_(f.A)
-                module.lora_B[self.SLOT].weight.copy_(f.B)
-
-    def update(
-        self,
-        adapter: LoraAdapter,
-        rollouts: Sequence[Rollout],
-        config,
-        optimizer_state: dict | None,
-        *,
-        seed: int | None = None,
-    ) -> tuple[LoraAdapter, dict[str, float], dict]:
-        """(new factors, metrics, optimizer state) after one GRPO update of ``adapter``;
-        ``seed`` shuffles the rollouts into minibatches."""
-        self.load(adapter)
-        generator = torch.Generator().manual_seed(seed) if seed is not None else None
-        metrics, state = update_adapter(
-            self.model,
-            self.SLOT,
-            rollouts,
-            config,
-            pad_id=self.pad_id,
-            optimizer_state=optimizer_state,
-            generator=generator,
-        )
-        adapter = extract_adapter(self.model, self.SLOT)
-        _return_freed_memory()
-        return adapter, metrics, state
-
-    def map(self, fn: Callable[[Trainer, T], R], jobs: Sequence[T], *, desc: str | None = None) -> list[R]:
-        """``[fn(self, job) for job in jobs]`` with a progress bar: independent updates, one after
-        another (``cluster.RayTrainer.map`` runs them as one Ray task each)."""
-        return [fn(self, job) for job in tqdm(jobs, desc=desc, unit="adapter", leave=False, disable=desc is None)]
-
-
-def _return_freed_memory() -> None:
-    """Hands the update's freed activations back to the OS. glibc keeps them otherwise:
-    seen here, a cpu-arms-race process (two model copies) still held 8.7 GB while it
-    generated after its update, with two such runs side by side on 24 GB. A no-op
-    where glibc is absent."""
-    import ctypes
-    import gc
-
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+from populora_core.training.trainer import Trainer
 
 
 class Runtime:

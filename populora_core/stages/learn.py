@@ -10,7 +10,6 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
@@ -32,10 +31,7 @@ from populora_core.rewards import solve_rate, student_reward, teacher_reward
 from populora_core.seeding import derive_seed
 from populora_core.storage import link_dir_atomic
 from populora_core.training.grpo import advantage_groups, compute_advantages
-from populora_core.training.trainer import Rollout
-
-if TYPE_CHECKING:
-    from populora_core.runtime import Trainer
+from populora_core.training.trainer import Rollout, Trainer, TrainerPool
 
 
 # reward --------------------------------------------------------------------------
@@ -183,7 +179,7 @@ def update(
     rollouts: pd.DataFrame,
     updated_dir: Path,
     base_model: str,
-    trainer: Trainer,
+    trainer: TrainerPool,
     config: RunConfig,
     generation: int,
 ) -> pd.DataFrame:

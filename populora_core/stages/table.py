@@ -19,7 +19,8 @@ from populora_core.stages import evolve, learn, measure, play
 
 Need = Literal["backend", "pool", "trainer"]
 """Heavy objects a stage is handed (``runtime.Runtime``): a generation ``inference.base.Backend``
-serving this generation's adapters, a ``sandbox.SandboxPool``, a ``runtime.Trainer``."""
+serving this generation's adapters, a ``sandbox.SandboxPool``, a ``training.trainer.TrainerPool``
+(``Trainer`` in this process, ``cluster.RayTrainer`` on Ray)."""
 
 
 @dataclass(frozen=True)

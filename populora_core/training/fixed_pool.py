@@ -9,7 +9,7 @@ generation flow's own: the prompt (``problems.student_prompt``), the backend's
 sampling (any ``inference.Backend``), the sandbox judge (``problems.check_answers``),
 the reward (``rewards.student_reward``), the baseline groups and estimator
 (``training.grpo.advantage_groups`` / ``compute_advantages``) and the update
-(``runtime.Trainer.update``). Only the source of problems differs: a fixed pool
+(``training.trainer.Trainer.update``). Only the source of problems differs: a fixed pool
 instead of teachers.
 """
 

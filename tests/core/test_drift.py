@@ -14,9 +14,8 @@ from populora_core.models import load_model, resolve_model
 from populora_core.population.adapters import create_population, lora_shapes_from_model, save_adapter
 from populora_core.problems import ASSISTANT_PREFILL, student_prompt
 from populora_core.problems.probes import probe_problems
-from populora_core.runtime import Trainer
 from populora_core.stages import measure
-from populora_core.training.trainer import Rollout
+from populora_core.training.trainer import Rollout, Trainer
 
 CONFIG = load_config(
     preset="cpu-tiny",

@@ -15,10 +15,9 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from populora_core.config import PRESETS, load_config
 from populora_core.population.adapters import create_population, load_adapter, lora_shapes, save_adapter
 from populora_core.problems import problem_id
-from populora_core.runtime import Trainer
 from populora_core.stages import learn
 from populora_core.stages import play as play_stages
-from populora_core.training.trainer import token_logprobs
+from populora_core.training.trainer import Trainer, token_logprobs
 from tests.helpers import TINY_QWEN2
 
 STATUSES = ("correct", "wrong", "format_error")

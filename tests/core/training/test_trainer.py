@@ -129,3 +129,16 @@ def test_minibatches_are_shuffled_by_the_given_generator_only(model):
     assert not all(same(runs[0], runs[s]) for s in range(1, 6))  # some seed steps them the other way round
     ordered = trained(None)
     assert any(same(ordered, r) for r in runs.values()) and not all(same(ordered, r) for r in runs.values())
+
+
+def test_the_local_and_the_ray_trainer_share_the_trainer_pool_protocol():
+    import inspect
+
+    from populora_core.cluster import RayTrainer
+    from populora_core.training.trainer import Trainer, TrainerPool
+
+    wanted = inspect.signature(TrainerPool.map).parameters
+    for cls in (Trainer, RayTrainer):
+        got = inspect.signature(cls.map).parameters
+        assert list(got) == list(wanted), cls
+        assert got["desc"].kind is inspect.Parameter.KEYWORD_ONLY, cls
