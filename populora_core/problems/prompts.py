@@ -82,12 +82,11 @@ def teacher_prompt(task_type: TaskType, references: Sequence[Problem], *, min_in
 
 
 # A worked example before the problem, for another program: the answer format filled in,
-# never described. Measured on the 0.5B model, 16 CRUXEval problems x 2 samples, same seeds
-# (benchmarks/prompt_format.py and its notes in the README): a described placeholder inside
-# the answer block ("the value, as a Python literal") was copied verbatim, 38% format errors
-# and 1 of 32 solved; the same example placed after the problem ("the format, shown for ...")
-# was copied into the answer ("2 * 3 = 6"); placed before it, under "Now your problem", 31%
-# format errors and 4 of 32 solved.
+# never described. Measured on the 0.5B model, 80 samples of CRUXEval problems on fixed seeds
+# (benchmarks/prompt_format.py; docs/benchmarks.md#prompt-format): a described placeholder
+# inside the answer block ("the value, as a Python literal") was copied verbatim, 41% format
+# errors, 2 of 80 solved; this prompt 36% and 4 of 80 (no difference the samples establish,
+# and no copied placeholder); an example placed after the problem was copied into the answer.
 _EXAMPLE_PROGRAM = "def f(s):\n    return s[::-1] + '!'"
 _STUDENT_EXAMPLE = {
     "code_o": (
