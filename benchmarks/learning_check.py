@@ -49,14 +49,14 @@ import pandas as pd
 import torch
 
 from populora_core.config import load_config
-from populora_core.inference.base import SamplingParams
 from populora_core.metrics.stats import mean_interval, paired_bootstrap, wilson
 from populora_core.models import load_model, resolve_model
 from populora_core.population.adapters import init_adapter, load_adapter, lora_shapes_from_model, save_adapter
-from populora_core.problems import ASSISTANT_PREFILL, STOP_STRINGS, check_answers, student_prompt
+from populora_core.problems import ASSISTANT_PREFILL, check_answers, student_prompt
 from populora_core.rewards import student_reward
 from populora_core.sandbox import SandboxPool
 from populora_core.seeding import torch_generator
+from populora_core.stages.play import sampling_params
 from populora_core.training.fixed_pool import (
     cruxeval_problems,
     greedy_verdicts,
@@ -138,14 +138,7 @@ class Setup:
         order = rng.permutation(len(train))
         self.train = [train[i] for i in order[: args.steps * args.problems]]
         self.steps = [self.train[s * args.problems : (s + 1) * args.problems] for s in range(args.steps)]
-        inf = self.config.inference
-        self.params = SamplingParams(
-            temperature=inf.temperature,
-            top_p=inf.top_p,
-            top_k=inf.top_k,
-            max_new_tokens=inf.student_max_new_tokens,
-            stop=STOP_STRINGS,
-        )
+        self.params = sampling_params(self.config, self.config.inference.student_max_new_tokens)
 
     def rewards(self, problems, texts, pool: SandboxPool) -> list[tuple[str, float]]:
         results = check_answers(list(zip(problems, texts, strict=True)), pool, self.config.problems)

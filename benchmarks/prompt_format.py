@@ -34,12 +34,12 @@ from populora_core.models import resolve_model
 from populora_core.problems import (
     ASSISTANT_PREFILL,
     SEED_PROBLEMS,
-    STOP_STRINGS,
     student_prompt,
     teacher_prompt,
     validate_proposals,
 )
 from populora_core.sandbox import SandboxPool
+from populora_core.stages.play import sampling_params
 from populora_core.training.fixed_pool import cruxeval_problems, judge
 
 
@@ -80,13 +80,7 @@ def main() -> None:
     pool_i = cruxeval_problems(args.data / "cruxeval" / "cruxeval.jsonl", ("code_i",))
     idx = rng.choice(len(pool_o), size=args.problems * 2, replace=False)
     problems = [pool_o[i] for i in idx[: args.problems]] + [pool_i[i] for i in idx[args.problems :]]
-    params = SamplingParams(
-        temperature=inf.temperature,
-        top_p=inf.top_p,
-        top_k=inf.top_k,
-        max_new_tokens=inf.student_max_new_tokens,
-        stop=STOP_STRINGS,
-    )
+    params = sampling_params(config, inf.student_max_new_tokens)
     requests = [
         GenerationRequest(student_prompt(p), BASE, n=args.samples, seed=args.seed * 1000 + k, prefill=ASSISTANT_PREFILL)
         for k, p in enumerate(problems)
@@ -105,13 +99,7 @@ def main() -> None:
         teacher_requests = [
             GenerationRequest(r.prompt, BASE, seed=r.seed, prefill=ASSISTANT_PREFILL) for r in teacher_requests
         ]
-        tparams = SamplingParams(
-            temperature=inf.temperature,
-            top_p=inf.top_p,
-            top_k=inf.top_k,
-            max_new_tokens=inf.teacher_max_new_tokens,
-            stop=STOP_STRINGS,
-        )
+        tparams = sampling_params(config, inf.teacher_max_new_tokens)
         log(f"{len(teacher_requests)} proposals")
         proposals = [c[0] for c in backend.generate(teacher_requests, tparams, progress="propose")]
         results = validate_proposals(

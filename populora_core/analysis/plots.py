@@ -213,7 +213,8 @@ def learning_check_plot(steps, heldout):
         err = [part["pass"] - part["pass_low"], part["pass_high"] - part["pass"]]
         n = int(part["pass_n"].iloc[0])
         ax.errorbar(x, part["pass"], yerr=err, color=_color(i), marker="o", ms=4, capsize=3, label=f"{label} (n={n})")
-    ax.set(title="held-out greedy pass@1", ylim=(-0.02, 1.02), xlabel="step")
+    last = max(int(steps["step"].max()) + 1, int(heldout["step"].max()))
+    ax.set(title="held-out greedy pass@1 (step 0: control)", ylim=(-0.02, 1.02), xlim=(-0.5, last + 0.5), xlabel="step")
     _legend(ax)
     fig.tight_layout()
     return fig

@@ -63,7 +63,8 @@ def _references(buffer: pd.DataFrame, task_type: str, k: int, rng: np.random.Gen
     return [row_problem(r) for r in pool.iloc[sorted(int(i) for i in idx)].itertuples(index=False)]
 
 
-def _sampling(config: RunConfig, max_new_tokens: int) -> SamplingParams:
+def sampling_params(config: RunConfig, max_new_tokens: int) -> SamplingParams:
+    """The run's sampling settings with ``max_new_tokens`` and the answer's stop strings."""
     inf = config.inference
     return SamplingParams(
         temperature=inf.temperature,
@@ -111,7 +112,7 @@ def propose(
                     "prompt": json.dumps(prompt),
                 }
             )
-    params = _sampling(config, config.inference.teacher_max_new_tokens)
+    params = sampling_params(config, config.inference.teacher_max_new_tokens)
     for row, (c,) in zip(rows, backend.generate(requests, params, progress="propose"), strict=True):
         row.update(_completion_columns(c))
     return pd.DataFrame(rows, columns=columns("proposals"))
@@ -258,7 +259,7 @@ def solve(
         )
         for (teacher, student, problem), n in zip(work, counts, strict=True)
     ]
-    params = _sampling(config, config.inference.student_max_new_tokens)
+    params = sampling_params(config, config.inference.student_max_new_tokens)
     outputs = backend.generate(requests, params, progress="solve")
     rows = []
     for (teacher, student, problem), samples in zip(work, outputs, strict=True):
