@@ -372,6 +372,9 @@ def summarise(args: argparse.Namespace, steps: pd.DataFrame, evals: pd.DataFrame
             gain = paired_bootstrap(passed(label), passed("control"), rng=np.random.default_rng(args.seed))
             out[f"heldout_{key}"] = round(float(passed(label).mean()), 4)
             out[f"heldout_{key}_format_error"] = round(float((labels[label]["status"] == "format_error").mean()), 4)
+            if "text" in labels[label] and "text" in labels["control"]:  # drift: answers no longer the control's
+                same = labels[label]["text"].to_numpy() == labels["control"]["text"].to_numpy()
+                out[f"heldout_{key}_changed"] = round(float(1 - same.mean()), 4)
             suffix = "" if key == "trained" else "_trl"
             out[f"heldout_gain{suffix}"] = round(gain.value, 4)
             out[f"heldout_gain{suffix}_ci_low"] = round(gain.low, 4)
