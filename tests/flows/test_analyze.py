@@ -6,7 +6,9 @@ import json
 
 from populora_core.analysis.data import load_run, solve_rates
 from populora_core.analysis.report import PLOTS
-from tests.flows.conftest import populora
+from tests.flows.conftest import REPO, populora
+
+DATA = REPO.parent / "shared" / "data"  # the tests read the public benchmark files from here
 
 
 def test_analyze_draws_every_plot_for_two_runs_side_by_side(reference_run, prefect_server, tmp_path):
@@ -49,6 +51,8 @@ def test_evaluate_scores_base_and_every_adapter_through_the_flow(reference_run, 
         "humaneval,cruxeval_o,gsm8k",
         "--max-new-tokens",
         "16",
+        "--data-dir",
+        str(DATA),
     ]
     result = populora(
         evaluate,
