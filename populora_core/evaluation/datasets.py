@@ -220,12 +220,15 @@ def get_dataset(name: str) -> Dataset:
         raise DataUnavailable(f"unknown dataset {name!r}; datasets: {', '.join(DATASETS)}") from None
 
 
+def _have(file: DataFile, directory: Path) -> bool:
+    """The file is in ``directory`` with its published size (its SHA-256 was checked on download)."""
+    path = Path(directory) / file.path
+    return path.is_file() and path.stat().st_size == file.size
+
+
 def is_present(name: str, directory: Path) -> bool:
-    """Every file of the dataset is in ``directory`` with its published size (the SHA-256 was
-    checked when it was downloaded)."""
-    return all(
-        (p := Path(directory) / f.path).is_file() and p.stat().st_size == f.size for f in get_dataset(name).files
-    )
+    """Every file of the dataset is in ``directory`` (``_have``)."""
+    return all(_have(f, directory) for f in get_dataset(name).files)
 
 
 def require(names: Sequence[str], directory: Path) -> None:
@@ -316,7 +319,7 @@ def download(
     directory = Path(directory) if directory is not None else data_dir()
     chosen = [get_dataset(n) for n in (names or DATASETS)]
     files = [f for d in chosen for f in d.files]
-    todo = [f for f in files if not ((p := directory / f.path).is_file() and p.stat().st_size == f.size)]
+    todo = [f for f in files if not _have(f, directory)]
     with tqdm(total=sum(f.size for f in todo), unit="B", unit_scale=True, desc="data", disable=not progress) as bar:
         for f in todo:
             fetch_file(f, directory, mirror=mirror, progress=bar.update)
