@@ -24,7 +24,9 @@ PRESETS: dict[str, dict] = {
         # stage runs on buffer top-ups; seconds per generation on 2 cores.
         "generations": 2,
         "model": {"name": "embedded:smollm2-135m-instruct", "threads": 2},
-        "inference": {"batch_size": 16, "teacher_max_new_tokens": 32, "student_max_new_tokens": 24},
+        # 48 student tokens: with the worked example in the prompt, 24 cut every answer before its
+        # </answer> (no verdict reached the sandbox, which the cluster's fault tests need)
+        "inference": {"batch_size": 16, "teacher_max_new_tokens": 32, "student_max_new_tokens": 48},
         "budget": {"proposals_per_teacher": 2, "problems_per_match": 2, "samples_per_problem": 2, "references": 1},
         "population": {"teachers": 2, "students": 2, "rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]},
         "evolution": {"every_k": 1, "replace_fraction": 0.5},

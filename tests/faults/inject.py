@@ -91,7 +91,7 @@ def install_worker_faults(directory: str) -> None:
     - ``update``: the worker dies half-way through writing the adapter it has just trained
       (its weights in the temp directory, nothing else);
     - ``verify`` (holding a run directory): a sandbox actor dies on a batch of jobs once that
-      run's ``gen_0000/rollouts.parquet`` exists (the verify stage, not validate);
+      run's ``gen_0000/rollouts.parquet`` exists (the probe or verify stage, not validate);
     - ``node`` (holding a run directory): a sandbox actor on a batch of that run's verify
       stage (arm renamed ``node.fired``) writes its node's id into ``node.fired.id`` and
       waits there, its batch in flight, for the test to remove the whole node

@@ -74,7 +74,7 @@ def test_generation_deployment_crashes_is_retried_from_the_ui_and_publishes_its_
     prefect(["worker", "start", "--pool", "populora", "--run-once"], env, timeout=900)
     assert RunDir(run.root).complete_generations() == [0]
     resumed = json.loads((run.gen(0) / "_SUCCESS").read_text())["resumed_stages"]
-    assert resumed == ["pair", "propose", "validate", "solve"]
+    assert resumed == ["pair", "propose", "validate", "solve", "probe"]
     key = artifact_key("deployed", 0)
     with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}), get_client(sync_client=True) as client:
         flow_run = client.read_flow_run(flow_run_id)
