@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: run setup server server-stop deploy test lint system-deps dockerd dockerd-stop sandbox-image vllm-env bench bench-quick clean
+.PHONY: run setup server server-stop deploy test test-slow lint system-deps dockerd dockerd-stop sandbox-image vllm-env bench bench-quick clean
 
 ## run: set everything up, then the main job: a short real training run (cpu-small: the
 ## embedded Qwen2.5-Coder-0.5B, 4 teachers + 4 students, 2 generations) on the CPU
@@ -24,10 +24,12 @@ server: setup
 server-stop:
 	@./scripts/prefect_server.sh stop
 
-## deploy: register prefect.yaml's deployments (train, generation, resume, analyze, evaluate) with the local server
+## deploy: register prefect.yaml's deployments (train, generation, resume, analyze, evaluate) and the
+## automation that shows a dead run Crashed (flows/automations.py) with the local server
 deploy: setup
 	PREFECT_API_URL=http://127.0.0.1:$${PREFECT_PORT:-4200}/api POPULORA_ROOT=$(CURDIR) \
 		$(BIN)/prefect --no-prompt deploy --all
+	PREFECT_API_URL=http://127.0.0.1:$${PREFECT_PORT:-4200}/api $(BIN)/python -m flows.automations
 
 ## setup: Debian packages, the virtual environment and the package
 setup: system-deps $(STAMP)
@@ -55,13 +57,19 @@ $(VLLM_STAMP):
 	fi
 	@touch $@
 
-## test: ruff (format + lint) and pytest, with a Docker engine, the sandbox image and vLLM (CPU) for the parity test
+## test: ruff (format + lint) and pytest (all but the tests marked slow), with a Docker engine, the
+## sandbox image and vLLM (CPU) for the parity test
 test: setup vllm-env
 	@./scripts/dockerd.sh start
 	@./docker/build_image.sh
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	@set +e; $(BIN)/pytest -q; rc=$$?; ./scripts/dockerd.sh stop; exit $$rc
+	@set +e; $(BIN)/pytest -q -m "not slow"; rc=$$?; ./scripts/dockerd.sh stop; exit $$rc
+
+## test-slow: the tests marked slow (the audit of every MBPP+ canonical solution, ~100 s)
+test-slow: setup
+	@./scripts/dockerd.sh start
+	@set +e; $(BIN)/pytest -q -m slow; rc=$$?; ./scripts/dockerd.sh stop; exit $$rc
 
 lint: setup
 	$(BIN)/ruff format .

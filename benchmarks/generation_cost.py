@@ -29,8 +29,8 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from populora_core.config import load_config
+from populora_core.engines import runtime_of
 from populora_core.runs import create_run
-from populora_core.runtime import get_runtime
 
 
 def main() -> None:
@@ -51,7 +51,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="populora-cost-"))
     for name, config in configs.items():  # models, trainer and sandbox built before timing
         run = create_run(root, config, run_id=f"warmup-{name}", preset=args.preset)
-        runtime = get_runtime(config, run.model_path)
+        runtime = runtime_of(config, run.model_path)
         _ = runtime.backend, runtime.trainer, runtime.pool
     seconds: dict[str, list[float]] = {name: [] for name in configs}
     stages: dict[str, list[dict]] = {name: [] for name in configs}

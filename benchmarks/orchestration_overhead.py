@@ -39,8 +39,9 @@ import pandas as pd
 
 from populora_core.artifacts import read_artifact
 from populora_core.config import RunConfig, load_config
+from populora_core.engines import runtime_of
 from populora_core.runs import RunDir, create_run
-from populora_core.runtime import Runtime, get_runtime
+from populora_core.runtime import Runtime
 from populora_core.stages import runner, table
 
 
@@ -88,7 +89,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="populora-bench-"))
     t0 = time.perf_counter()
     first = create_run(root, config, run_id="warmup", preset=args.preset)
-    runtime = get_runtime(config, Path(first.info()["model_path"]))
+    runtime = runtime_of(config, Path(first.info()["model_path"]))
     _ = runtime.backend, runtime.trainer, runtime.pool
     setup_s = time.perf_counter() - t0
 

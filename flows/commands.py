@@ -88,10 +88,11 @@ def _generations_table(run, wide: bool = False) -> object:
 def _run_training(console, run, generations: int | None, command: str, recompute: list[str] | None = None) -> int:
     """Runs the train flow on ``run`` holding its lock (taken here first, so that a run
     another process works on fails at once, in one line, before any flow starts)."""
+    from flows.automations import heartbeats
     from flows.train import train_flow
 
     try:
-        with run.lock(command):
+        with run.lock(command), heartbeats():
             console.print(f"run directory: [bold]{run.root}[/bold]")
             train_flow(run_id=str(run.root.resolve()), generations=generations, recompute=recompute)
     except _user_errors() as exc:

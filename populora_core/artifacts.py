@@ -347,13 +347,20 @@ def read_artifact(directory: Path, name: str) -> pd.DataFrame:
     return table.to_pandas()
 
 
-def check_artifact(path: Path) -> None:
-    """Raises ArtifactError unless the file at ``path`` has exactly its artifact's schema."""
+def schema_difference(path: Path) -> str | None:
+    """What differs between the file at ``path`` and its artifact's schema; None if nothing."""
     name = Path(path).name.removesuffix(".parquet")
     found = pq.read_schema(path).remove_metadata()
     expected = full_schema(name)
-    if not found.equals(expected):
-        raise ArtifactError(f"{path}: schema differs from {name!r} v{SCHEMA_VERSION}:\n{found}\nexpected\n{expected}")
+    if found.equals(expected):
+        return None
+    missing = [f.name for f in expected if f.name not in found.names]
+    extra = [f.name for f in found if f.name not in expected.names]
+    typed = [
+        f"{f.name} is {found.field(f.name).type}" for f in expected if f.name in found.names and f not in list(found)
+    ]
+    said = [f"missing {missing}" if missing else "", f"extra {extra}" if extra else "", ", ".join(typed)]
+    return f"schema differs from {name!r} v{SCHEMA_VERSION}: " + ("; ".join(x for x in said if x) or "column order")
 
 
 # completeness ---------------------------------------------------------------------

@@ -38,7 +38,7 @@ class Runtime:
 
     @property
     def backend(self):
-        self._start_cluster("backend")
+        self._start("backend")
         if self._backend is None:
             inf = self.config.inference
             if inf.backend == "vllm":
@@ -69,7 +69,7 @@ class Runtime:
 
     @property
     def trainer(self) -> Trainer:
-        self._start_cluster("trainer")
+        self._start("trainer")
         if self._trainer is None:
             from populora_core.models import load_model
 
@@ -80,7 +80,7 @@ class Runtime:
 
     @property
     def pool(self):
-        self._start_cluster("pool")
+        self._start("pool")
         if self._pool is None:
             from populora_core.sandbox import SandboxPool
 
@@ -89,25 +89,9 @@ class Runtime:
             self._pool = pool
         return self._pool
 
-    def _start_cluster(self, need: str) -> None:
-        """On the Ray engine, the first heavy stage starts all three at once (inference actors,
-        sandbox actors, update workers loading their trainer): their start-ups overlap each
-        other and the stages before they are needed, instead of each delaying its stage. A
-        process whose first heavy stage is `update` (a resume or replay from it) starts the
-        update workers only."""
-        if self.config.cluster.engine != "ray":
-            return
-        from populora_core.cluster import RayBackend, RaySandboxPool, RayTrainer
-
-        if need != "trainer" and self._backend is None:
-            self._backend = RayBackend(self.config, self.model_path)
-        if need != "trainer" and self._pool is None:
-            self._pool = RaySandboxPool(self.config)
-            self._pool.start()
-        if self._trainer is None:
-            self._trainer = RayTrainer(self.config, self.model_path)
-            if need != "trainer":
-                self._trainer.prestart()
+    def _start(self, need: str) -> None:
+        """Called before ``need`` (backend, trainer or pool) is first built: an engine whose
+        objects live elsewhere (``cluster.RayRuntime``) starts them here."""
 
     def serve(self, adapters: dict[str, Path]) -> None:
         """Makes the backend hold exactly ``adapters`` (id → PEFT dir); reloads changed ones only.
@@ -117,9 +101,6 @@ class Runtime:
         stacked LoRA buffers exactly as the uninterrupted one did: same sums, same
         samples)."""
         backend = self.backend
-        if self.config.cluster.engine == "ray":  # cluster.RayBackend: each actor loads what changed
-            backend.serve(adapters)
-            return
         if set(adapters) != set(self._served):
             for adapter_id in list(self._served):
                 backend.remove_adapter(adapter_id)
@@ -156,8 +137,9 @@ _RUNTIMES: dict[str, Runtime] = {}
 _LOCK = threading.Lock()
 
 
-def get_runtime(config: RunConfig, model_path: Path) -> Runtime:
-    """The process's Runtime for this model, inference, sandbox and population setup."""
+def get_runtime(config: RunConfig, model_path: Path, kind: type[Runtime] = Runtime) -> Runtime:
+    """The process's runtime of ``kind`` for this model, inference, sandbox, population and
+    cluster setup (the engine's: ``engines.runtime_of``)."""
     key = json.dumps(
         [
             str(model_path),
@@ -171,7 +153,7 @@ def get_runtime(config: RunConfig, model_path: Path) -> Runtime:
     )
     with _LOCK:
         if key not in _RUNTIMES:
-            _RUNTIMES[key] = Runtime(config, model_path)
+            _RUNTIMES[key] = kind(config, model_path)
         return _RUNTIMES[key]
 
 

@@ -15,17 +15,15 @@ A run's disk grows with what changed, not with what it holds:
   failing later.
 
 ``seal`` writes a generation's ``_SUCCESS`` with each artifact's size and sha256;
-``verify_generation`` compares them (status, resume and analyze call it), so a file
+``artifact_damage`` compares them (status, resume and analyze call it), so a file
 truncated or changed on disk after its generation completed is named, with the command
 that recomputes it.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
-import os
 import shutil
 import time
 from collections.abc import Iterable
@@ -39,7 +37,7 @@ from populora_core.artifacts import (
     damage,
     mark_success,
     read_success,
-    write_dir_atomic,
+    schema_difference,
     write_text_atomic,
 )
 from populora_core.config import ConfigError
@@ -61,39 +59,6 @@ class PrunedSnapshot(ConfigError):
 
 
 # links ---------------------------------------------------------------------------
-def link_or_copy(src: str | Path, dst: str | Path) -> None:
-    """A hard link of file ``src`` at ``dst``; a copy where linking fails (another filesystem)."""
-    try:
-        os.link(src, dst)
-    except OSError as exc:  # only where linking is impossible: never copy over an existing file
-        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
-            raise
-        shutil.copy2(src, dst)
-
-
-def link_tree(src: Path, dst: Path) -> None:
-    """Hard links of ``src`` (a file or a tree) at ``dst`` (parents created)."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if Path(src).is_dir():
-        shutil.copytree(src, dst, copy_function=link_or_copy)
-    else:
-        link_or_copy(src, dst)
-
-
-def link_dir_atomic(src: Path, dst: Path, *, extra: dict[str, str] | None = None) -> Path:
-    """Directory ``dst`` made of hard links to ``src``'s files (plus ``extra`` small text
-    files, name → text), renamed into place whole; an existing ``dst`` is replaced."""
-
-    def fill(tmp: Path) -> None:
-        for entry in Path(src).iterdir():
-            if entry.is_file() and entry.name not in (extra or {}):
-                link_or_copy(entry, tmp / entry.name)
-        for name, text in (extra or {}).items():
-            (tmp / name).write_text(text)
-
-    return write_dir_atomic(Path(dst), fill, replace=True)
-
-
 def unique_bytes(paths: Iterable[Path], *, exclude: Iterable[Path] = ()) -> int:
     """Bytes of the files under ``paths``, each inode once (a hard-linked file counts once),
     leaving out inodes also found under ``exclude``."""
@@ -247,10 +212,10 @@ def seal(directory: Path, record: dict) -> Path:
     return mark_success(directory, record | {"artifacts": artifact_digests(directory)})
 
 
-def verify_generation(run: RunDir, generation: int, names: Iterable[str]) -> dict[str, str]:
+def artifact_damage(run: RunDir, generation: int, names: Iterable[str]) -> dict[str, str]:
     """Artifact name → what is wrong, for the artifacts ``names`` of ``generation``: the
-    Parquet footer of any generation; for a complete one also the size and sha256
-    recorded in ``_SUCCESS`` (a size check first: most damage changes it)."""
+    Parquet footer and the schema of any generation; for a complete one also the size and
+    sha256 recorded in ``_SUCCESS`` (a size check first: most damage changes it)."""
     gen = run.gen(generation)
     recorded = read_success(gen).get("artifacts", {}) if (gen / SUCCESS).is_file() else {}
     found = {}
@@ -265,7 +230,7 @@ def verify_generation(run: RunDir, generation: int, names: Iterable[str]) -> dic
             found[name] = f"{path.stat().st_size} bytes, _SUCCESS recorded {want['bytes']}"
         elif want is not None and file_digest(path)["sha256"] != want["sha256"]:
             found[name] = "sha256 differs from the one _SUCCESS recorded"
-        elif reason := damage(path):
+        elif reason := damage(path) or schema_difference(path):
             found[name] = reason
     return found
 

@@ -63,6 +63,8 @@ start)
     healthy || { echo "prefect server (pid $(cat "$STATE/server.pid")) not healthy on $PORT; log: $STATE/server.log" >&2; exit 1; }
     echo "Prefect server: http://127.0.0.1:$PORT (UI), API $PREFECT_API_URL (log: $STATE/server.log)"
     "$BIN/prefect" work-pool inspect "$POOL" >/dev/null 2>&1 || "$BIN/prefect" work-pool create "$POOL" --type process >/dev/null
+    # a run whose process died shows Crashed once its heartbeats stop (flows/automations.py)
+    "$BIN/python" -m flows.automations
     if ! alive "$STATE/worker.pid"; then
         setsid "$BIN/prefect" worker start --pool "$POOL" >"$STATE/worker.log" 2>&1 &
         echo $! >"$STATE/worker.pid"

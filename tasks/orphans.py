@@ -8,7 +8,9 @@ other Running flow run of the same run directory is an orphan. ``crash_orphans``
 finds them by name (``<run_id>`` for a training flow, ``<run_id>/gen_NNNN`` for a
 generation) and by the run directory in their parameters, and sets them and their
 Running task runs to Crashed, naming the resume that found them. A crashed
-deployment run can then be retried from the UI.
+deployment run can then be retried from the UI. Without a resume, the server's
+automation (``flows.automations``) sets such flow runs Crashed once their heartbeats
+stop; their task runs, which send none, are left to the resume.
 """
 
 from __future__ import annotations
@@ -66,23 +68,27 @@ def crash_orphans(run: RunDir) -> list[str]:
     from prefect.runtime import flow_run as current
     from prefect.states import Crashed
 
-    live = FlowRunFilterStateType(any_=list(_LIVE))
+    states = FlowRunFilterStateType(any_=[*_LIVE, "CRASHED"])  # crashed by the server's automation too
     message = f"its process died; found by the resume of pid {os.getpid()} on {socket.gethostname()}"
     with get_client(sync_client=True) as client:
         keep = _ancestors(client, current.get_id())
         candidates = client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_=run.run_id), state=FlowRunFilterState(type=live))
+            flow_run_filter=FlowRunFilter(
+                name=FlowRunFilterName(like_=run.run_id), state=FlowRunFilterState(type=states)
+            )
         )
-        orphans = [
+        dead = [
             f
             for f in candidates
             if f.id not in keep
             and (f.name == run.run_id or f.name.startswith(f"{run.run_id}/"))
             and _same(run_of(f.parameters), run)
         ]
-        # and the task runs a killed attempt of the current flow run left (a UI Retry reuses
+        orphans = [f for f in dead if f.state.type.value in _LIVE]
+        # the task runs of those, of the flow runs the automation (flows.automations) already
+        # crashed, and those a killed attempt of the current flow run left (a UI Retry reuses
         # the flow run): at its start, nothing of its own is running yet
-        ids = [f.id for f in orphans] + ([UUID(str(current.get_id()))] if current.get_id() else [])
+        ids = [f.id for f in dead] + ([UUID(str(current.get_id()))] if current.get_id() else [])
         if not ids:
             return []
         tasks = client.read_task_runs(

@@ -35,8 +35,8 @@ def stage_task(name: str) -> Callable[[str, int], dict]:
 
     run.__name__ = run.__qualname__ = f"{name}_task"
     run.__doc__ = stage.fn.__doc__
-    # No tags from ``stage.resources``: a tagged task run takes a concurrency lease from the
-    # server (measured: ~2 s per stage here, +39% on a cpu-tiny generation).
+    # No tags (e.g. per heavy object, for concurrency limits): a tagged task run takes a
+    # concurrency lease from the server (measured: ~2 s per stage here, +39% on a cpu-tiny generation).
     return task(name=name, task_run_name=f"{name}-gen{{generation}}", cache_policy=NO_CACHE)(run)
 
 

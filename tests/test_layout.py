@@ -52,3 +52,59 @@ def test_flows_import_only_tasks_the_run_module_and_config():
                 top = node.module
                 stdlib = top.split(".")[0] in ("__future__", "pathlib", "time", "collections", "typing")
                 assert stdlib or top.startswith(allowed), f"{path.name} imports {top}"
+
+
+def _imported(module: str, path, known: set[str]) -> set[str]:
+    """The project's modules ``module`` imports anywhere (top level or inside a function),
+    leaving out ``if TYPE_CHECKING:`` blocks (never executed)."""
+    import ast
+
+    found: set[str] = set()
+
+    def visit(node) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    resolved = set()
+    for name in found:  # `from pkg import thing`: the module `pkg.thing`, else `pkg`
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            resolved.add(name)
+    return resolved
+
+
+def test_no_import_circles():
+    """No module of the library or the flows reaches itself through its imports, lazy ones
+    included: a circle hidden in a function is still one module needing the other's user."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    paths = {}
+    for package in ("populora_core", "tasks", "flows"):
+        for path in (root / package).rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {name: _imported(name, path, set(paths)) for name, path in paths.items()}
+    circles = []
+    for start in sorted(graph):  # depth-first from each module: a path back to it is a circle
+        stack, seen = [(start, [start])], set()
+        while stack:
+            name, trail = stack.pop()
+            for nxt in sorted(graph[name]):
+                if nxt == start:
+                    circles.append(" → ".join([*trail, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*trail, nxt]))
+    assert not circles, "\n".join(sorted(circles, key=len)[:10])

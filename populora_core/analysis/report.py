@@ -26,6 +26,7 @@ from populora_core.analysis.data import (
     teacher_table,
 )
 from populora_core.analysis.plots import DRAW
+from populora_core.population.evolution import OPERATOR_NAMES
 
 PLOTS: tuple[str, ...] = tuple(DRAW)
 """Every plot the report draws (file ``<name>.png``)."""
@@ -77,7 +78,7 @@ def _complexity_table(heads: Sequence[dict]) -> list[str]:
 
 def lineage_tree(data: RunData) -> list[str]:
     """Every adapter as a nested Markdown list: children under their (first) parent, the
-    operator and generation on the edge, when each was replaced."""
+    operator (id and name) and generation on the edge, when each was replaced."""
     pop = data.population.drop_duplicates("adapter_id", keep="first").set_index("adapter_id")
     replaced = {r.replaced_id: r.generation for r in data["lineage"].itertuples(index=False)}
     children: dict[str, list[str]] = {}
@@ -90,7 +91,8 @@ def lineage_tree(data: RunData) -> list[str]:
         edge = ""
         if len(row["parents"]):
             others = " × " + ", ".join(row["parents"][1:]) if len(row["parents"]) > 1 else ""
-            edge = f"**{row['operator']}**{others} after gen {int(row['birth_generation']) - 1} → "
+            named = f" ({OPERATOR_NAMES[row['operator']]})" if row["operator"] in OPERATOR_NAMES else ""
+            edge = f"**{row['operator']}**{named}{others} after gen {int(row['birth_generation']) - 1} → "
         end = f", replaced after gen {replaced[adapter_id]}" if adapter_id in replaced else ""
         line = f"{'  ' * depth}- {edge}`{adapter_id}` ({row['role']}{end})"
         return [line, *(x for c in sorted(children.get(adapter_id, [])) for x in node(c, depth + 1))]

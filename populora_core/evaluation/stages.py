@@ -53,14 +53,14 @@ def evaluate_benchmark(
     """Greedy pass@1 completions of the snapshot's adapters (and the base model) on one
     benchmark, judged (code in the sandbox), at most ``max_new_tokens`` tokens each (None:
     the benchmark's default); returns {path, rows, cached}."""
-    from populora_core.runtime import get_runtime
+    from populora_core.engines import runtime_of
 
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()  # evaluation.datasets
     max_new_tokens = max_new_tokens or default_max_new_tokens(benchmark)
     path = run.eval_part(generation, benchmark, settings_key(data_dir, limit, max_new_tokens, include_base))
     if path.is_file():
         return {"path": str(path), "rows": read_parquet(path).num_rows, "cached": True}
-    runtime = get_runtime(run.config(), run.model_path)
+    runtime = runtime_of(run.config(), run.model_path)
     served = run.adapter_dirs(generation)
     runtime.serve(served)
     items = load_benchmark(benchmark, Path(data_dir), limit)

@@ -72,7 +72,7 @@ def check_loaded(requests: Sequence[GenerationRequest], loaded: Collection[str])
             raise KeyError(f"adapter {r.adapter!r} is not loaded; loaded: {sorted(loaded)}")
 
 
-class Backend(Protocol):
+class GenerationBackend(Protocol):
     """A generation backend holding one base model and any number of adapters."""
 
     def load_adapter(self, adapter_id: str, path: Path) -> None:

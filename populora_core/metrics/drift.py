@@ -9,21 +9,29 @@ base's on every item mean the updates changed nothing a user would see.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from populora_core.inference.base import BASE
 from populora_core.metrics.stats import wilson
 
 
+def changed_from_base(answers: pd.DataFrame) -> np.ndarray:
+    """Per row of ``answers`` (adapter_id, problem_id, completion; the base's rows under
+    ``inference.BASE``): whether its completion differs from the base's on that item."""
+    base = answers[answers["adapter_id"] == BASE].set_index("problem_id")["completion"]
+    return answers["completion"].to_numpy() != base.reindex(answers["problem_id"]).to_numpy()
+
+
 def drift_table(answers: pd.DataFrame) -> pd.DataFrame:
     """Per adapter (``answers``: adapter_id, problem_id, completion, status; the base's
     rows under ``inference.BASE``): items, changed share (completion ≠ the base's) and
     greedy pass rate, each with its Wilson interval. The base's row has changed 0."""
-    base = answers[answers["adapter_id"] == BASE].set_index("problem_id")["completion"]
+    answers = answers.assign(changed=changed_from_base(answers))
     rows = []
     for adapter_id, part in answers.groupby("adapter_id", sort=False):
         n = len(part)
-        changed = int((part["completion"].to_numpy() != base.reindex(part["problem_id"]).to_numpy()).sum())
+        changed = int(part["changed"].sum())
         passed = int((part["status"] == "correct").sum())
         rows.append(
             {

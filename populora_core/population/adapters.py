@@ -30,8 +30,9 @@ import pandas as pd
 import torch
 from safetensors.torch import load_file, save_file
 
-from populora_core.artifacts import read_parquet, write_artifact, write_dir_atomic, write_file_atomic
+from populora_core.artifacts import write_artifact, write_dir_atomic, write_file_atomic
 from populora_core.config import PopulationConfig, RatingConfig
+from populora_core.links import link_tree
 from populora_core.models import portable_base_model
 from populora_core.population.lora import LoraAdapter, LoraFactors
 from populora_core.seeding import torch_generator
@@ -264,8 +265,6 @@ def save_population(
     ``run_id`` stamps population.parquet; by default the run directory's name, as a
     snapshot lives at ``<run>/population/gen_NNNN``.
     """
-    from populora_core.storage import link_tree
-
     run_id = run_id if run_id is not None else Path(directory).absolute().parent.parent.name
 
     def fill(tmp: Path) -> None:
@@ -281,10 +280,3 @@ def save_population(
         write_artifact(members_frame(members), tmp, POPULATION_ARTIFACT, run_id=run_id, generation=generation)
 
     return write_dir_atomic(Path(directory), fill, replace=True)
-
-
-def load_population(directory: Path) -> tuple[list[Member], dict[str, LoraAdapter]]:
-    """Reads a snapshot written by ``save_population``."""
-    directory = Path(directory)
-    members = members_from_frame(read_parquet(directory / POPULATION_TABLE).to_pandas())
-    return members, {m.adapter_id: load_adapter(directory / m.adapter_id) for m in members}

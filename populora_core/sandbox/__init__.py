@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from populora_core.sandbox.backends import BACKENDS, SandboxUnavailable, get_backend
-from populora_core.sandbox.pool import PoolStats, SandboxPool, run_jobs
+from populora_core.sandbox.pool import PoolStats, SandboxPool
 from populora_core.sandbox.protocol import STATUSES, Job, Result, Status
 
 __all__ = [
@@ -16,5 +16,4 @@ __all__ = [
     "SandboxUnavailable",
     "Status",
     "get_backend",
-    "run_jobs",
 ]

@@ -28,7 +28,7 @@ from populora_core.config import SandboxConfig
 from populora_core.sandbox.base import (
     SHM_MB,
     TMPFS_MB,
-    Backend,
+    SandboxBackend,
     SandboxUnavailable,
     WorkerProcess,
     worker_source,
@@ -37,9 +37,9 @@ from populora_core.sandbox.docker_backend import DockerBackend
 
 __all__ = [
     "BACKENDS",
-    "Backend",
     "DockerBackend",
     "LocalBackend",
+    "SandboxBackend",
     "SandboxUnavailable",
     "UnsafeSubprocessBackend",
     "WorkerProcess",
@@ -266,7 +266,7 @@ BACKENDS: dict[str, type] = {
 }
 
 
-def get_backend(config: SandboxConfig) -> Backend:
+def get_backend(config: SandboxConfig) -> SandboxBackend:
     """The backend named by ``config.backend``; raises with the valid names on a miss."""
     try:
         cls = BACKENDS[config.backend]

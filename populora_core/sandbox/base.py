@@ -60,7 +60,7 @@ class WorkerProcess:
     exit_code: Callable[[], int | None] = field(default=_no_exit_code)
 
 
-class Backend(Protocol):
+class SandboxBackend(Protocol):
     name: str
 
     def check(self) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from populora_core.config import SandboxConfig
-from populora_core.sandbox.backends import Backend, WorkerProcess, get_backend
+from populora_core.sandbox.backends import SandboxBackend, WorkerProcess, get_backend
 from populora_core.sandbox.protocol import Job, Result, decode_result, encode_job
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class SandboxPool:
     first and raises ``SandboxUnavailable`` with what to do) and stop on exit.
     """
 
-    def __init__(self, config: SandboxConfig, backend: Backend | None = None) -> None:
+    def __init__(self, config: SandboxConfig, backend: SandboxBackend | None = None) -> None:
         self.config = config
         self.backend = backend or get_backend(config)
         self._slots: list[_Slot] = []
@@ -253,9 +253,3 @@ class SandboxPool:
             batch.pending.extendleft(reversed(slot.inflight))
         log.warning("sandbox worker %s replaced: %s", slot.worker.name, reason)
         self._slots[k] = self._restart(slot)
-
-
-def run_jobs(config: SandboxConfig, jobs: Sequence[Job]) -> list[Result]:
-    """Starts a pool, runs ``jobs``, stops the pool."""
-    with SandboxPool(config) as pool:
-        return pool.run(jobs)

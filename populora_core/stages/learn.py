@@ -16,6 +16,7 @@ import torch
 
 from populora_core.artifacts import columns, remove_partials, write_dir_atomic, write_text_atomic
 from populora_core.config import GRPOConfig, RunConfig
+from populora_core.links import link_dir_atomic
 from populora_core.population.adapters import (
     Member,
     conservative,
@@ -29,7 +30,6 @@ from populora_core.population.rating import update_ratings
 from populora_core.problems import badly_formatted
 from populora_core.rewards import solve_rate, student_reward, teacher_reward
 from populora_core.seeding import derive_seed
-from populora_core.storage import link_dir_atomic
 from populora_core.training.grpo import advantage_groups, compute_advantages
 from populora_core.training.trainer import Rollout, Trainer, TrainerPool
 
@@ -204,7 +204,7 @@ def update(
         )
         row = dict.fromkeys(("loss", "clip_frac", "kl", "grad_norm", "tokens", "seconds", "delta_change"), 0.0)
         row.update(adapter_id=m.adapter_id, samples=len(batch), updated=False, skip_reason=reason, steps=0, node="")
-        if reason:  # unchanged: the snapshot's files, linked (storage.link_dir_atomic), not copied
+        if reason:  # unchanged: the snapshot's files, linked (links.link_dir_atomic), not copied
             link_dir_atomic(source, target, extra={"metrics.json": json.dumps(row)})
             rows[m.adapter_id] = row
             continue

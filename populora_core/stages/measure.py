@@ -21,6 +21,7 @@ def probe(*, members: Sequence[Member], backend, pool, config: RunConfig, genera
     ``changed`` when it differs from the base's (``metrics.drift``). Empty when
     ``probe.items`` is 0 or the generation is not a multiple of ``probe.every``."""
     from populora_core.inference.base import BASE
+    from populora_core.metrics.drift import changed_from_base
     from populora_core.problems.probes import probe_problems
     from populora_core.training.fixed_pool import greedy_verdicts
 
@@ -42,8 +43,7 @@ def probe(*, members: Sequence[Member], backend, pool, config: RunConfig, genera
     frame["adapter_id"] = [a for a in ids for _ in problems]
     frame["role"] = frame["adapter_id"].map(roles)
     frame = frame.rename(columns={"text": "completion"})
-    base = frame[frame["adapter_id"] == BASE].set_index("problem_id")["completion"]
-    frame["changed"] = frame["completion"].to_numpy() != base.reindex(frame["problem_id"]).to_numpy()
+    frame["changed"] = changed_from_base(frame)
     return frame[columns("probes")]
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from populora_core.artifacts import columns
 from populora_core.config import RunConfig
-from populora_core.inference.base import Backend, GenerationRequest, SamplingParams
+from populora_core.inference.base import GenerationBackend, GenerationRequest, SamplingParams
 from populora_core.metrics.complexity import METRIC_NAMES, complexity_metrics
 from populora_core.metrics.coverage import Calibration, problem_cells
 from populora_core.population.adapters import Member
@@ -79,7 +79,7 @@ def propose(
     *,
     members: Sequence[Member],
     start_buffers: pd.DataFrame,
-    backend: Backend,
+    backend: GenerationBackend,
     config: RunConfig,
     generation: int,
 ) -> pd.DataFrame:
@@ -240,7 +240,7 @@ def samples_per_problem(work: list[tuple[str, str, Problem]], per_match: int, g:
 
 
 def solve(
-    *, problems: pd.DataFrame, pairings: pd.DataFrame, backend: Backend, config: RunConfig, generation: int
+    *, problems: pd.DataFrame, pairings: pd.DataFrame, backend: GenerationBackend, config: RunConfig, generation: int
 ) -> pd.DataFrame:
     """Each paired student samples G solutions of each of its teacher's problems. A teacher
     with fewer problems than ``budget.problems_per_match`` (a young buffer) gets the same

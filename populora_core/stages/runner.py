@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from populora_core import storage
+from populora_core import links, storage
 from populora_core.artifacts import DamagedArtifact, artifact_path, damage
 from populora_core.problems import seed_buffers
 from populora_core.runs import RunDir
@@ -61,9 +61,9 @@ def resolve_input(run: RunDir, generation: int, name: str) -> object:
 
 def _heavy(run: RunDir, generation: int, need: str) -> object:
     """A stage's heavy object from the process's runtime; a backend serves this generation's adapters."""
-    from populora_core.runtime import get_runtime
+    from populora_core.engines import runtime_of
 
-    runtime = get_runtime(run.config(), run.model_path)
+    runtime = runtime_of(run.config(), run.model_path)
     if need == "backend":
         runtime.serve(run.adapter_dirs(generation))
     return getattr(runtime, need)
@@ -78,8 +78,8 @@ def is_done(run: RunDir, generation: int, stage: table.Stage) -> bool:
 def damaged(run: RunDir, generation: int) -> dict[str, str]:
     """Artifact name → what is wrong with it, for every damaged artifact of ``generation``:
     unreadable, or (a complete generation) not the size and sha256 its ``_SUCCESS`` recorded
-    (``storage.verify_generation``)."""
-    return storage.verify_generation(run, generation, [o for stage in table.TABLE for o in stage.outputs])
+    (``storage.artifact_damage``)."""
+    return storage.artifact_damage(run, generation, [o for stage in table.TABLE for o in stage.outputs])
 
 
 def remove_damaged(run: RunDir, generation: int) -> list[str]:
@@ -202,7 +202,7 @@ def recompute(run: RunDir, generation: int, name: str) -> str:
     try:
         for d in stage.dirs:  # a copy made of links: the stage reads what is done there, writes elsewhere
             if Path(source := resolve_input(run, generation, d)).is_dir():
-                storage.link_tree(source, scratch / d)
+                links.link_tree(source, scratch / d)
         frames = _compute(run, generation, stage, {d: scratch / d for d in stage.dirs})
         path = run.write(generation, name, frames[stage.outputs.index(name)])
     finally:

@@ -12,13 +12,13 @@ artifact of the same generation).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from populora_core.stages import evolve, learn, measure, play
 
 Need = Literal["backend", "pool", "trainer"]
-"""Heavy objects a stage is handed (``runtime.Runtime``): a generation ``inference.base.Backend``
+"""Heavy objects a stage is handed (``runtime.Runtime``): a generation ``inference.base.GenerationBackend``
 serving this generation's adapters, a ``sandbox.SandboxPool``, a ``training.trainer.TrainerPool``
 (``Trainer`` in this process, ``cluster.RayTrainer`` on Ray)."""
 
@@ -38,28 +38,23 @@ class Stage:
     """Directories of the run ``fn`` writes adapters into (inputs naming paths), written
     before the artifacts: replay links them with the outputs."""
     needs: tuple[Need, ...] = ()
-    resources: dict[str, float] = field(default_factory=dict)
-    """What one execution occupies, for a scheduler: ``gpu`` (generation, training),
-    ``sandbox`` (programs run); empty is light CPU work. For a scheduler that places
-    stages on nodes; the single-process flow runs stages in order and ignores it."""
+    """The heavy objects ``fn`` is handed; where they run (this process, or the Ray
+    cluster's nodes with what ``cluster.<key>`` asks for) is the engine's business."""
 
 
 TABLE: tuple[Stage, ...] = (
     Stage("pair", play.pair, ("members",), ("pairings",)),
-    Stage(
-        "propose", play.propose, ("members", "start_buffers"), ("proposals",), needs=("backend",), resources={"gpu": 1}
-    ),
+    Stage("propose", play.propose, ("members", "start_buffers"), ("proposals",), needs=("backend",)),
     Stage(
         "validate",
         play.validate,
         ("proposals", "start_buffers", "centroids", "calibration"),
         ("problems",),
         needs=("pool",),
-        resources={"sandbox": 1},
     ),
-    Stage("solve", play.solve, ("problems", "pairings"), ("rollouts",), needs=("backend",), resources={"gpu": 1}),
-    Stage("probe", measure.probe, ("members",), ("probes",), needs=("backend", "pool"), resources={"gpu": 1}),
-    Stage("verify", play.verify, ("rollouts", "problems"), ("verdicts",), needs=("pool",), resources={"sandbox": 1}),
+    Stage("solve", play.solve, ("problems", "pairings"), ("rollouts",), needs=("backend",)),
+    Stage("probe", measure.probe, ("members",), ("probes",), needs=("backend", "pool")),
+    Stage("verify", play.verify, ("rollouts", "problems"), ("verdicts",), needs=("pool",)),
     Stage("reward", learn.reward, ("proposals", "problems", "rollouts", "verdicts"), ("rewards",)),
     Stage(
         "update",
@@ -68,7 +63,6 @@ TABLE: tuple[Stage, ...] = (
         ("train_metrics",),
         dirs=("updated_dir",),
         needs=("trainer",),
-        resources={"gpu": 1},
     ),
     Stage("rate", learn.rate, ("members", "verdicts"), ("matches", "ratings")),
     Stage(

@@ -6,7 +6,7 @@ adapter on fixed, verifiable problems (CRUXEval's output and input prediction, a
 the project's own ``code_o`` / ``code_i`` task types) and measures it on a held-out
 split it never trains on, against the untrained adapter. Every piece is the
 generation flow's own: the prompt (``problems.student_prompt``), the backend's
-sampling (any ``inference.Backend``), the sandbox judge (``problems.check_answers``),
+sampling (any ``inference.base.GenerationBackend``), the sandbox judge (``problems.check_answers``),
 the reward (``rewards.student_reward``), the baseline groups and estimator
 (``training.grpo.advantage_groups`` / ``compute_advantages``) and the update
 (``training.trainer.Trainer.update``). Only the source of problems differs: a fixed pool

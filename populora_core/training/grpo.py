@@ -125,16 +125,6 @@ def normalised_advantages(
     return centred / (std + eps)
 
 
-def grpo_advantages(rewards: torch.Tensor, groups: Sequence[Hashable]) -> torch.Tensor:
-    """GRPO: Â = (r − mean_g) / (std_g + ε) within each group."""
-    return normalised_advantages(rewards, groups, scale="group")
-
-
-def reinforce_pp_advantages(rewards: torch.Tensor, groups: Sequence[Hashable]) -> torch.Tensor:
-    """REINFORCE++-baseline: Â = (r − mean_g) / (std over the batch of r − mean_g + ε)."""
-    return normalised_advantages(rewards, groups, scale="batch")
-
-
 def compute_advantages(
     rewards: torch.Tensor,
     groups: Sequence[Hashable],

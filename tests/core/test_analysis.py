@@ -140,8 +140,11 @@ def test_calibrated_coverage_is_cumulative_over_distinct_cells(data):
 def test_lineage_tree_puts_children_under_parents_with_the_operator(data):
     tree = lineage_tree(data)
     assert tree[0] == "- `s0` (student, replaced after gen 0)"
-    assert "  - **X4** after gen 0 → `t1` (teacher)" in tree
-    assert tree.index("  - **X4** after gen 0 → `t1` (teacher)") == tree.index("- `t0` (teacher)") + 1
+    assert "  - **X4** (extrapolative task arithmetic) after gen 0 → `t1` (teacher)" in tree
+    assert (
+        tree.index("  - **X4** (extrapolative task arithmetic) after gen 0 → `t1` (teacher)")
+        == tree.index("- `t0` (teacher)") + 1
+    )
 
 
 def test_report_renders_tables_and_code_as_html(data, tmp_path):

@@ -10,13 +10,13 @@ from populora_core.artifacts import (
     SCHEMA_VERSION,
     SUCCESS,
     ArtifactError,
-    check_artifact,
     full_schema,
     is_complete,
     mark_success,
     partial_files,
     read_artifact,
     remove_partials,
+    schema_difference,
     write_artifact,
 )
 
@@ -27,12 +27,25 @@ def pairings() -> pd.DataFrame:
 
 def test_written_artifact_has_its_schema_and_carries_run_generation_version(tmp_path):
     path = write_artifact(pairings(), tmp_path, "pairings", run_id="r1", generation=3)
-    check_artifact(path)
+    assert schema_difference(path) is None
     assert pq.read_schema(path).remove_metadata().equals(full_schema("pairings"))
     frame = read_artifact(tmp_path, "pairings")
     assert list(frame["run_id"]) == ["r1", "r1"]
     assert set(frame["generation"]) == {3} and set(frame["schema_version"]) == {SCHEMA_VERSION}
     assert list(frame["teacher_id"]) == ["t0", "t1"]
+
+
+def test_a_file_whose_schema_differs_is_named_with_what_differs(tmp_path):
+    """A pairings file written by other code (a column renamed, one retyped): what a resume,
+    `populora status` or `analyze` reports about it (``storage.artifact_damage``)."""
+    import pyarrow as pa
+
+    table = pq.read_table(write_artifact(pairings(), tmp_path, "pairings", run_id="r1", generation=0))
+    table = table.rename_columns(["quality" if n == "match_quality" else n for n in table.column_names])
+    table = table.set_column(table.column_names.index("generation"), "generation", table["generation"].cast(pa.int64()))
+    pq.write_table(table, tmp_path / "pairings.parquet")
+    said = schema_difference(tmp_path / "pairings.parquet")
+    assert "missing ['match_quality']" in said and "extra ['quality']" in said and "generation is int64" in said
 
 
 def test_frames_that_do_not_fit_are_refused_and_nothing_is_written(tmp_path):

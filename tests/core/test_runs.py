@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from populora_core.artifacts import TMP_MARK, check_artifact, full_schema
+from populora_core.artifacts import TMP_MARK, full_schema, schema_difference
 from populora_core.config import load_config
 from populora_core.metrics.coverage import DESCRIPTOR_NAMES
 from populora_core.models import checkpoint_digest
@@ -43,7 +43,7 @@ def test_a_created_run_has_typed_snapshot_and_centroids_and_portable_adapters(tm
     config = load_config(preset="cpu-tiny", overrides=[f"model.name={local_model}"])
     run = create_run(tmp_path / "runs", config, run_id="r1")
     snapshot = run.members_dir(0) / "population.parquet"
-    check_artifact(snapshot)
+    assert schema_difference(snapshot) is None
     assert pq.read_schema(snapshot).field("parents").type == pa.list_(pa.string())  # not list<null>
     frame = run.members_frame(0)
     assert set(frame["run_id"]) == {"r1"} and set(frame["generation"]) == {0}
@@ -59,7 +59,7 @@ def test_a_created_run_has_typed_snapshot_and_centroids_and_portable_adapters(tm
     assert checkpoint_digest(run.model_path) != info["model_sha256"]  # the cached digest is not stale
 
     centroids = run.centroids()
-    check_artifact(run.centroids_file)
+    assert schema_difference(run.centroids_file) is None
     stored = pd.read_parquet(run.centroids_file)
     assert set(stored["run_id"]) == {"r1"} and set(stored["generation"]) == {0}
     assert centroids.dtype == np.float64 and np.array_equal(centroids, stored[list(DESCRIPTOR_NAMES)].to_numpy())

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from populora_core.config import SandboxConfig
-from populora_core.sandbox import Job, SandboxPool, SandboxUnavailable, run_jobs
+from populora_core.sandbox import Job, SandboxPool, SandboxUnavailable
 from populora_core.sandbox.backends import get_backend
 from populora_core.sandbox.base import SHM_MB, TMPFS_MB
 from populora_core.sandbox.docker_backend import Demux
@@ -152,14 +152,17 @@ def test_gold_values_of_known_programs(local_pool):
 
 
 def test_missing_interpreter_raises_with_instructions():
-    with pytest.raises(SandboxUnavailable, match=r"python3\.11"):
-        run_jobs(SandboxConfig(python="/nonexistent/python3"), [Job(code="")])
+    with (
+        pytest.raises(SandboxUnavailable, match=r"python3\.11"),
+        SandboxPool(SandboxConfig(python="/nonexistent/python3")),
+    ):
+        pass
 
 
 def test_docker_without_image_raises_with_instructions():
     config = SandboxConfig(backend="docker", docker_image="populora-sandbox:does-not-exist")
-    with pytest.raises(SandboxUnavailable, match="make"):
-        run_jobs(config, [Job(code="")])
+    with pytest.raises(SandboxUnavailable, match="make"), SandboxPool(config) as pool:
+        pool.run([Job(code="")])
 
 
 def test_unsafe_backend_warns_on_every_start(caplog):

@@ -12,6 +12,7 @@ import torch
 
 from populora_core.artifacts import SUCCESS, mark_success
 from populora_core.config import PopulationConfig, RatingConfig
+from populora_core.links import link_dir_atomic
 from populora_core.population.adapters import (
     create_population,
     load_adapter,
@@ -27,7 +28,6 @@ from populora_core.storage import (
     PrunedSnapshot,
     bytes_written,
     drop_optimizer_states,
-    link_dir_atomic,
     prune,
     prune_plan,
     pruned,

@@ -35,34 +35,61 @@ def _wait_for_holder(run: RunDir, proc: subprocess.Popen, timeout: float = 300):
     raise AssertionError("the first run never took its lock")
 
 
-def test_a_second_resume_fails_at_once_naming_the_holder_and_a_killed_holder_is_taken_over(
+def _crashed_by_the_server(env: dict[str, str], run_id: str, names: set[str], timeout: float) -> dict[str, str]:
+    """Polls the API until the flow runs ``names`` of ``run_id`` are Crashed; their messages."""
+    deadline = time.monotonic() + timeout
+    while True:
+        flows, _, _ = prefect_runs(env, run_id)
+        crashed = {f.name: f.state.message for f in flows if f.name in names and f.state.type.value == "CRASHED"}
+        if set(crashed) == names or time.monotonic() > deadline:
+            return crashed
+        time.sleep(2)
+
+
+def test_a_second_resume_fails_at_once_naming_the_holder_and_a_killed_holder_shows_crashed_and_is_taken_over(
     prefect_server, tiny_model, tmp_path
 ):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows import automations
+
     prefect_server = _wide(prefect_server)
     runs = tmp_path / "runs"
     run = RunDir(runs / "busy")
     args = ["train", "--preset", "cpu-tiny", "--generations", "1", "--run-id", "busy", "--runs-dir", str(runs)]
-    first = start_populora(args, prefect_server)
+    within = automations.HEARTBEAT_S + 15  # `make server` registers 90 s; shorter here, the same automation
+    with temporary_settings({PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
+        automations.register(within_s=within)
     try:
-        holder = _wait_for_holder(run, first)
-        assert holder.pid == first.pid and "populora train" in holder.command
-        second = populora(["resume", str(run.root)], prefect_server, timeout=120)
-        assert second.returncode == 2, second.stdout[-3000:]
-        assert f"in use by pid {first.pid}" in second.stdout and "Traceback" not in second.stdout
-        listing = populora(["runs", "--runs-dir", str(runs)], prefect_server)
-        assert f"running: pid {first.pid}" in " ".join(listing.stdout.split()), listing.stdout
-        time.sleep(8)  # let it get into the generation flow before it dies
+        first = start_populora(args, prefect_server)
+        try:
+            holder = _wait_for_holder(run, first)
+            assert holder.pid == first.pid and "populora train" in holder.command
+            second = populora(["resume", str(run.root)], prefect_server, timeout=120)
+            assert second.returncode == 2, second.stdout[-3000:]
+            assert f"in use by pid {first.pid}" in second.stdout and "Traceback" not in second.stdout
+            listing = populora(["runs", "--runs-dir", str(runs)], prefect_server)
+            assert f"running: pid {first.pid}" in " ".join(listing.stdout.split()), listing.stdout
+            time.sleep(8)  # let it get into the generation flow before it dies
+        finally:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+        # nobody resumes: the server's automation shows both flow runs Crashed once their
+        # heartbeats stop (the last one came at most one interval before the kill)
+        names = {"busy", "busy/gen_0000"}
+        crashed = _crashed_by_the_server(prefect_server, "busy", names, timeout=within + automations.HEARTBEAT_S + 60)
+        assert set(crashed) == names, (crashed, prefect_runs(prefect_server, "busy")[0])
+        assert all("No heartbeat" in message for message in crashed.values()), crashed
     finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
+        with temporary_settings({PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
+            automations.remove()
     assert run.holder() is None
     final = populora(["resume", str(run.root)], prefect_server)
     assert final.returncode == 0, final.stdout[-3000:]
-    assert "set to Crashed" in final.stdout and "busy" in final.stdout
     assert run.complete_generations() == [0]
     flows, tasks, kinds = prefect_runs(prefect_server, "busy")
     assert kinds == {"busy": "populora-train", "busy/gen_0000": "populora-generation"}
-    assert still_running(flows, tasks) == []
+    assert still_running(flows, tasks) == []  # the dead attempt's task runs: crashed by the resume
     assert sorted(f.state.type.value for f in flows if f.name == "busy") == ["COMPLETED", "CRASHED"]
     state = populora(["runs", "--runs-dir", str(runs)], prefect_server)
     assert "complete" in state.stdout and "running" not in state.stdout

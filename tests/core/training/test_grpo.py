@@ -7,9 +7,8 @@ import torch
 from populora_core.training.grpo import (
     advantage_groups,
     compute_advantages,
-    grpo_advantages,
+    normalised_advantages,
     policy_loss,
-    reinforce_pp_advantages,
 )
 
 
@@ -23,7 +22,7 @@ def test_grpo_normalises_within_groups():
         "teacher/code_f",
         "teacher/code_f",
     ]
-    adv = grpo_advantages(rewards, groups)
+    adv = normalised_advantages(rewards, groups, scale="group")
     torch.testing.assert_close(adv[:2], torch.tensor([1.0, -1.0]), atol=1e-4, rtol=0)
     torch.testing.assert_close(adv[2:4], torch.zeros(2))  # no spread: no signal
     torch.testing.assert_close(adv[4:], torch.tensor([1.0, -1.0]), atol=1e-4, rtol=0)  # scale-free per group
@@ -31,7 +30,7 @@ def test_grpo_normalises_within_groups():
 
 def test_reinforce_pp_uses_one_batch_scale():
     rewards = torch.tensor([1.0, -1.0, 10.0, 0.0])
-    adv = reinforce_pp_advantages(rewards, ["a", "a", "b", "b"])
+    adv = normalised_advantages(rewards, ["a", "a", "b", "b"], scale="batch")
     centred = torch.tensor([1.0, -1.0, 5.0, -5.0])
     torch.testing.assert_close(adv, centred / centred.std(unbiased=False), atol=1e-5, rtol=0)
 
@@ -67,9 +66,9 @@ def test_the_config_switch_picks_the_estimator():
 
     rewards, groups = torch.tensor([1.0, -1.0, 10.0, 0.0]), ["a", "a", "b", "b"]
     grpo = compute_advantages(rewards, groups, GRPOConfig().advantage)
-    torch.testing.assert_close(grpo, grpo_advantages(rewards, groups))
+    torch.testing.assert_close(grpo, normalised_advantages(rewards, groups, scale="group"))
     rpp = compute_advantages(rewards, groups, GRPOConfig(advantage="task_reinforce_pp").advantage)
-    torch.testing.assert_close(rpp, reinforce_pp_advantages(rewards, groups))
+    torch.testing.assert_close(rpp, normalised_advantages(rewards, groups, scale="batch"))
     with pytest.raises(KeyError, match="valid"):
         compute_advantages(rewards, groups, "ppo")
 
@@ -100,7 +99,7 @@ def test_prompt_grpo_groups_a_students_samples_of_one_problem():
     assert groups[3:6] == [("task", "student", "code_o")] * 3  # all solved: compared with the task group
     assert groups[6:] == [("task", "teacher", "code_o")] * 2
     adv = compute_advantages(torch.tensor(rewards), groups, "prompt_grpo", members)
-    torch.testing.assert_close(adv[:3], grpo_advantages(torch.tensor(rewards[:3]), [0] * 3))
+    torch.testing.assert_close(adv[:3], normalised_advantages(torch.tensor(rewards[:3]), [0] * 3))
     assert (adv[3:6] > 0).all()  # above the student's task mean
 
 
