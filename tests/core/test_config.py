@@ -98,14 +98,16 @@ def test_baseline_presets_are_compute_matched_per_adapter_or_in_total():
         assert base.population.single_agent and (base.population.teachers, base.population.students) == (1, 1)
         assert base.baseline.matching == "per_adapter"
         # per adapter: one teacher's proposals, one student's problems, one update like any member
-        assert base.play_budget == pop.budget and base.update_grpo.minibatches == pop.grpo.minibatches == 1
+        assert base.play_budget == pop.budget and base.update_grpo.minibatches == pop.grpo.minibatches
         assert (base.rewards.teacher_rule, base.rewards.invalid_rule) == ("learnability", "absolute_zero")
         assert base.model == pop.model
         total = load_config(preset=f"{name}-baseline", overrides=["baseline.matching=total"])
         proposals = pop.population.teachers * pop.budget.proposals_per_teacher
         assert total.play_budget.proposals_per_teacher == proposals
         assert total.play_budget.problems_per_match == pop.population.students * pop.budget.problems_per_match
-        assert total.update_grpo.minibatches == pop.population.teachers + pop.population.students
+        assert total.update_grpo.minibatches == pop.grpo.minibatches * (
+            pop.population.teachers + pop.population.students
+        )
 
 
 def test_a_config_that_leaves_teachers_without_a_signal_fails_naming_the_fields():

@@ -169,15 +169,16 @@ def test_every_adapter_gets_an_advantage_and_an_update(preset, tmp_path):
         assert any(not torch.equal(f.B, new.modules[n].B) for n, f in old), m.adapter_id
 
 
-def test_the_baseline_takes_one_update_per_generation_and_total_matching_scales_it():
+def test_the_baseline_takes_one_members_update_per_generation_and_total_matching_scales_it():
     per_adapter = load_config(preset="cpu-small-baseline")
     population = load_config(preset="cpu-small")
-    assert per_adapter.play_budget == population.budget and per_adapter.update_grpo.minibatches == 1
+    steps = population.grpo.minibatches  # one member's optimizer steps a generation
+    assert per_adapter.play_budget == population.budget and per_adapter.update_grpo.minibatches == steps
     assert per_adapter.rewards.teacher_rule == "learnability"
     total = load_config(preset="cpu-small-baseline", overrides=["baseline.matching=total"])
     assert total.play_budget.proposals_per_teacher == 4 * population.budget.proposals_per_teacher
     assert total.play_budget.problems_per_match == 4 * population.budget.problems_per_match
-    assert total.update_grpo.minibatches == 8
+    assert total.update_grpo.minibatches == 8 * steps
 
 
 def test_an_adapter_is_skipped_only_when_its_rewards_are_all_equal(tmp_path):
