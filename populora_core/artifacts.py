@@ -350,15 +350,11 @@ def read_artifact(directory: Path, name: str) -> pd.DataFrame:
 def schema_difference(path: Path) -> str | None:
     """What differs between the file at ``path`` and its artifact's schema; None if nothing."""
     name = Path(path).name.removesuffix(".parquet")
-    found = pq.read_schema(path).remove_metadata()
-    expected = full_schema(name)
-    if found.equals(expected):
+    got, want = pq.read_schema(path).remove_metadata(), full_schema(name)
+    if got.equals(want):
         return None
-    missing = [f.name for f in expected if f.name not in found.names]
-    extra = [f.name for f in found if f.name not in expected.names]
-    typed = [
-        f"{f.name} is {found.field(f.name).type}" for f in expected if f.name in found.names and f not in list(found)
-    ]
+    missing, extra = [f.name for f in want if f.name not in got.names], sorted(set(got.names) - set(want.names))
+    typed = [f"{f.name} is {got.field(f.name).type}" for f in want if f.name in got.names and f not in list(got)]
     said = [f"missing {missing}" if missing else "", f"extra {extra}" if extra else "", ", ".join(typed)]
     return f"schema differs from {name!r} v{SCHEMA_VERSION}: " + ("; ".join(x for x in said if x) or "column order")
 
