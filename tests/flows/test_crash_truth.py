@@ -57,7 +57,7 @@ def test_a_second_resume_fails_at_once_naming_the_holder_and_a_killed_holder_sho
     runs = tmp_path / "runs"
     run = RunDir(runs / "busy")
     args = ["train", "--preset", "cpu-tiny", "--generations", "1", "--run-id", "busy", "--runs-dir", str(runs)]
-    within = automations.HEARTBEAT_S + 15  # `make server` registers 90 s; shorter here, the same automation
+    within = automations.HEARTBEAT_S + 5  # `make server` registers 90 s; shorter here, the same automation
     with temporary_settings({PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
         automations.register(within_s=within)
     try:
