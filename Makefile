@@ -66,7 +66,7 @@ test: setup vllm-env
 	$(BIN)/ruff check .
 	@set +e; $(BIN)/pytest -q -m "not slow"; rc=$$?; ./scripts/dockerd.sh stop; exit $$rc
 
-## test-slow: the tests marked slow (the audit of every MBPP+ canonical solution, ~100 s)
+## test-slow: the tests marked slow (every MBPP+ canonical solution judged; a SIGKILL during every stage)
 test-slow: setup
 	@./scripts/dockerd.sh start
 	@set +e; $(BIN)/pytest -q -m slow; rc=$$?; ./scripts/dockerd.sh stop; exit $$rc
