@@ -1,14 +1,14 @@
 """The Prefect server's automation that tells the truth about a run whose process died.
 
 Train and generation flow runs send a heartbeat every ``HEARTBEAT_S`` seconds while
-their process lives (``heartbeats``: `populora train`/`resume` and the deployments turn
-them on). A process killed outright (SIGKILL, out of memory, a lost machine) reports
-nothing, and its flow runs would stay Running until a resume crashed them
-(``tasks.orphans``). This automation, registered on the server by `make server` and
-`make deploy` (``python -m flows.automations``), sets each such flow run Crashed once
-no heartbeat and no final state came for ``within_s`` seconds after its last heartbeat.
-It matches PopuLoRA's flows only; a run that ends (Completed, Failed, Cancelled,
-Crashed) is never touched.
+their process lives (``heartbeats`` under `populora train`, `resume` and `replay`; the
+deployments set ``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` in prefect.yaml). A process
+killed outright (SIGKILL, out of memory, a lost machine) reports nothing, and its flow
+runs would stay Running until a resume crashed them (``tasks.orphans``). This
+automation, registered on the server by `make server` and `make deploy` (``python -m
+flows.automations``), sets each such flow run Crashed once no heartbeat and no final
+state came for ``within_s`` seconds after its last heartbeat. It matches PopuLoRA's
+flows only; a run that has ended is left as it is (Prefect refuses to move a final state).
 
     python -m flows.automations [--within SECONDS] [--remove]
 """
@@ -33,9 +33,8 @@ ENDS = ("Completed", "Failed", "Cancelled", "Crashed")
 
 def heartbeats() -> contextlib.AbstractContextManager:
     """Settings under which the flow runs started inside send heartbeats every
-    ``HEARTBEAT_S`` seconds (a frequency the user set already is kept)."""
-    if PREFECT_FLOWS_HEARTBEAT_FREQUENCY.value() is not None:
-        return contextlib.nullcontext()
+    ``HEARTBEAT_S`` seconds, whatever Prefect's setting says (its default, 180 s, is longer
+    than the automation waits: it would crash runs that are alive)."""
     return temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: HEARTBEAT_S})
 
 

@@ -162,6 +162,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from flows.automations import heartbeats
     from flows.generation import generation_flow
     from populora_core.replay import prepare_replay, replay_warnings
     from populora_core.runs import open_run
@@ -176,7 +177,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     console.print(f"replaying generation {args.generation} of {source.root} from '{args.from_stage}' into {new.root}")
     for line in replay_warnings(source, args.generation, args.from_stage):
         console.print(f"[yellow]warning[/yellow] {line}")
-    generation_flow(str(new.root), args.generation, until=args.until)
+    with heartbeats():  # the server's automation watches generation flow runs (flows.automations)
+        generation_flow(str(new.root), args.generation, until=args.until)
     if args.until is None:
         console.print(_generations_table(new))
     console.print(f"run directory: [bold]{new.root}[/bold]")

@@ -2,7 +2,8 @@
 
 The driver (the Prefect flow's process) runs the stages in order, as with the local
 engine, and the cheap ones itself. Inside the heavy stages the work goes to Ray's own
-primitives, each a drop-in for the local object of ``runtime.Runtime``:
+primitives, each a drop-in for the local object of ``runtime.Runtime`` (``engines.RayRuntime``
+holds them):
 
 - ``RayBackend`` (propose, solve): one long-lived inference actor per node, each holding
   the base model and the population's adapters (a local ``Runtime``'s backend). hf: the
@@ -48,7 +49,6 @@ from tqdm.auto import tqdm
 from populora_core.actor_calls import close_actors, lost_errors, map_ordered, split_weighted
 from populora_core.config import ClusterConfig, ConfigError, ResourceSpec, RunConfig
 from populora_core.inference.base import Completion, GenerationRequest, SamplingParams
-from populora_core.runtime import Runtime, get_runtime
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -160,6 +160,8 @@ class _InferenceActor:
     """A node's generation backend: the local ``Runtime``'s, serving the adapters it is sent."""
 
     def __init__(self, config_json: str, model_path: str) -> None:
+        from populora_core.runtime import get_runtime  # inside: sandbox actors import this module without torch
+
         self.runtime = get_runtime(_local(RunConfig.model_validate_json(config_json)), Path(model_path))
         self.served: dict[str, str] = {}
 
@@ -307,6 +309,8 @@ class RaySandboxPool:
 def _train_task(config_json: str, model_path: str, fn: Callable | None, job: Any) -> Any:
     """A Ray task: ``fn(trainer, job)`` with this worker's trainer (built once per worker);
     with no ``fn``, builds the trainer only and returns (node, process id) (``RayTrainer.prestart``)."""
+    from populora_core.runtime import get_runtime
+
     config = _local(RunConfig.model_validate_json(config_json))
     trainer = get_runtime(config, Path(model_path)).trainer
     return fn(trainer, job) if fn is not None else (node_name(), os.getpid())
@@ -354,29 +358,3 @@ class RayTrainer:
                 done, pending = ray.wait(pending, num_returns=1)
                 bar.update(len(done))
         return ray.get(refs)
-
-
-# the engine ----------------------------------------------------------------------
-class RayRuntime(Runtime):
-    """The runtime of ``cluster.engine: ray``: its backend, sandbox pool and trainer are the
-    cluster's (``RayBackend``, ``RaySandboxPool``, ``RayTrainer``)."""
-
-    def _start(self, need: str) -> None:
-        """The first heavy stage starts all three at once (inference actors, sandbox actors,
-        update workers loading their trainer): their start-ups overlap each other and the
-        stages before they are needed, instead of each delaying its stage. A process whose
-        first heavy stage is `update` (a resume or replay from it) starts the update workers
-        only."""
-        if need != "trainer" and self._backend is None:
-            self._backend = RayBackend(self.config, self.model_path)
-        if need != "trainer" and self._pool is None:
-            self._pool = RaySandboxPool(self.config)
-            self._pool.start()
-        if self._trainer is None:
-            self._trainer = RayTrainer(self.config, self.model_path)
-            if need != "trainer":
-                self._trainer.prestart()
-
-    def serve(self, adapters: dict[str, Path]) -> None:
-        """Each inference actor loads what changed (``RayBackend.serve``)."""
-        self.backend.serve(adapters)

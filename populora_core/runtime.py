@@ -91,7 +91,7 @@ class Runtime:
 
     def _start(self, need: str) -> None:
         """Called before ``need`` (backend, trainer or pool) is first built: an engine whose
-        objects live elsewhere (``cluster.RayRuntime``) starts them here."""
+        objects live elsewhere (``engines.RayRuntime``) starts them here."""
 
     def serve(self, adapters: dict[str, Path]) -> None:
         """Makes the backend hold exactly ``adapters`` (id → PEFT dir); reloads changed ones only.
@@ -142,6 +142,7 @@ def get_runtime(config: RunConfig, model_path: Path, kind: type[Runtime] = Runti
     cluster setup (the engine's: ``engines.runtime_of``)."""
     key = json.dumps(
         [
+            kind.__qualname__,
             str(model_path),
             config.model.model_dump(mode="json"),
             config.inference.model_dump(mode="json"),

@@ -64,7 +64,7 @@ start)
     echo "Prefect server: http://127.0.0.1:$PORT (UI), API $PREFECT_API_URL (log: $STATE/server.log)"
     "$BIN/prefect" work-pool inspect "$POOL" >/dev/null 2>&1 || "$BIN/prefect" work-pool create "$POOL" --type process >/dev/null
     # a run whose process died shows Crashed once its heartbeats stop (flows/automations.py)
-    "$BIN/python" -m flows.automations
+    "$BIN/python" -m flows.automations || echo "warning: the crash automation was not registered (flows/automations.py)" >&2
     if ! alive "$STATE/worker.pid"; then
         setsid "$BIN/prefect" worker start --pool "$POOL" >"$STATE/worker.log" 2>&1 &
         echo $! >"$STATE/worker.pid"

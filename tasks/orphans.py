@@ -68,32 +68,41 @@ def crash_orphans(run: RunDir) -> list[str]:
     from prefect.runtime import flow_run as current
     from prefect.states import Crashed
 
-    states = FlowRunFilterStateType(any_=[*_LIVE, "CRASHED"])  # crashed by the server's automation too
     message = f"its process died; found by the resume of pid {os.getpid()} on {socket.gethostname()}"
+    named = FlowRunFilterName(like_=run.run_id)
+    live_tasks = TaskRunFilter(state=TaskRunFilterState(type=TaskRunFilterStateType(any_=list(_LIVE))))
+
+    def in_state(*types: str) -> FlowRunFilterState:
+        return FlowRunFilterState(type=FlowRunFilterStateType(any_=list(types)))
+
     with get_client(sync_client=True) as client:
         keep = _ancestors(client, current.get_id())
-        candidates = client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(
-                name=FlowRunFilterName(like_=run.run_id), state=FlowRunFilterState(type=states)
-            )
+
+        def of_this_run(flows: list) -> list:
+            return [
+                f
+                for f in flows
+                if f.id not in keep
+                and (f.name == run.run_id or f.name.startswith(f"{run.run_id}/"))
+                and _same(run_of(f.parameters), run)
+            ]
+
+        orphans = of_this_run(client.read_flow_runs(flow_run_filter=FlowRunFilter(name=named, state=in_state(*_LIVE))))
+        # flow runs the server's automation (flows.automations) already crashed: their task
+        # runs send no heartbeats and are still live
+        stray = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(name=named, state=in_state("CRASHED")), task_run_filter=live_tasks
         )
-        dead = [
-            f
-            for f in candidates
-            if f.id not in keep
-            and (f.name == run.run_id or f.name.startswith(f"{run.run_id}/"))
-            and _same(run_of(f.parameters), run)
-        ]
-        orphans = [f for f in dead if f.state.type.value in _LIVE]
-        # the task runs of those, of the flow runs the automation (flows.automations) already
-        # crashed, and those a killed attempt of the current flow run left (a UI Retry reuses
+        ids = list({t.flow_run_id for t in stray})
+        crashed = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids))) if ids else []
+        # and the task runs a killed attempt of the current flow run left (a UI Retry reuses
         # the flow run): at its start, nothing of its own is running yet
-        ids = [f.id for f in dead] + ([UUID(str(current.get_id()))] if current.get_id() else [])
+        dead = [f.id for f in [*orphans, *of_this_run(crashed)]]
+        ids = dead + ([UUID(str(current.get_id()))] if current.get_id() else [])
         if not ids:
             return []
         tasks = client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)),
-            task_run_filter=TaskRunFilter(state=TaskRunFilterState(type=TaskRunFilterStateType(any_=list(_LIVE)))),
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)), task_run_filter=live_tasks
         )
         for t in tasks:
             client.set_task_run_state(t.id, Crashed(message=f"Task run {message}"), force=True)

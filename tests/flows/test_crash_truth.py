@@ -57,7 +57,8 @@ def test_a_second_resume_fails_at_once_naming_the_holder_and_a_killed_holder_sho
     runs = tmp_path / "runs"
     run = RunDir(runs / "busy")
     args = ["train", "--preset", "cpu-tiny", "--generations", "1", "--run-id", "busy", "--runs-dir", str(runs)]
-    within = automations.HEARTBEAT_S + 5  # `make server` registers 90 s; shorter here, the same automation
+    # `make server` registers 90 s; shorter here (a live run's beat may come 20 s late), the same automation
+    within = automations.HEARTBEAT_S + 20
     with temporary_settings({PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
         automations.register(within_s=within)
     try:
@@ -168,3 +169,18 @@ def test_the_resume_deployment_never_starts_a_new_run(tmp_path):
     with pytest.raises(ConfigError, match="no run 'typo' to resume"):
         train_flow.fn(preset=None, run_id="typo", runs_dir=str(tmp_path))  # the deployment's parameters
     assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_flow_runs_beat_well_within_the_automations_wait():
+    """Prefect's own default (180 s) is longer than the automation waits: a live run would be
+    crashed. `populora train`/`resume`/`replay` run their flows under ``heartbeats``."""
+    import pytest
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY
+
+    from flows import automations
+
+    with automations.heartbeats():
+        assert PREFECT_FLOWS_HEARTBEAT_FREQUENCY.value() == automations.HEARTBEAT_S
+    assert automations.CRASH_AFTER_S >= 3 * automations.HEARTBEAT_S
+    with pytest.raises(ValueError, match="must exceed"):
+        automations.crash_automation(within_s=automations.HEARTBEAT_S)
