@@ -49,8 +49,9 @@ PRESETS: dict[str, dict] = {
         # optimizer steps a step (`minibatches`: the same forward/backward compute, twice the
         # steps), format errors fell from 56% to 0% in 10 steps and every held-out greedy
         # answer changed; at the former 1e-5 (one step) thirty generations left every member's
-        # greedy answers equal to the base's. No activation checkpointing: one update took
-        # 78 s without it, 116 s with it; micro-batches of 4 hold about 10 GB of 24.
+        # greedy answers equal to the base's. No activation checkpointing, as cpu-arms-race
+        # (its comment: one cpu-small update took 78 s without, 116 s with; two processes at
+        # micro-batches of 4 held ~20 GB of 24, so one holds about 10).
         "grpo": {"micro_batch_size": 4, "learning_rate": 2e-4, "minibatches": 2, "gradient_checkpointing": False},
         # drift every generation: 4 probe items x (8 members + the base) = 36 greedy answers,
         # against the 48-60 samples of the solve stage
