@@ -65,6 +65,20 @@ def encode_prompt(tokenizer, request: GenerationRequest) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
+def left_padded(prompts: Sequence[Sequence[int]], pad_id: int):
+    """(token ids, attention mask), both (len(prompts), longest prompt) long tensors, each prompt
+    padded on the left: every prompt's last token in the last column."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for b, prompt in enumerate(prompts):
+        ids[b, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
+        mask[b, width - len(prompt) :] = 1
+    return ids, mask
+
+
 def check_loaded(requests: Sequence[GenerationRequest], loaded: Collection[str]) -> None:
     """Raises KeyError naming the first request whose adapter is neither loaded nor the base."""
     for r in requests:

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import torch
 from tqdm.auto import tqdm
 
-from populora_core.config import GRPOConfig, PopulationConfig
 from populora_core.training.grpo import policy_loss
+from populora_core.training.prefix import shared_prompt_logprobs
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the config (pydantic) only types: benchmarks/gpu_check.py runs without it
+    from populora_core.config import GRPOConfig, PopulationConfig
     from populora_core.population.lora import LoraAdapter
 
 
@@ -76,22 +77,40 @@ def _pad(batch: Sequence[Rollout], pad_id: int) -> tuple[torch.Tensor, ...]:
     return ids, attn, comp, old
 
 
-def _minibatch_step(model, chunk: Sequence[Rollout], params, config: GRPOConfig, pad_id: int, autocast, sums) -> float:
-    """Gradients of one minibatch (token-mean over it, micro-batch by micro-batch); returns the clipped norm."""
+def _whole_sequences(model, batch: Sequence[Rollout], pad_id: int, chunk: int):
+    """``prefix.shared_prompt_logprobs``'s triple, every (prompt + completion) right-padded and run whole."""
+    ids, attn, comp, old = _pad(batch, pad_id)
+    start = min(len(r.prompt_ids) for r in batch) - 1  # first position predicting a completion token
+    return token_logprobs(model, ids, attn, chunk, start), comp[:, start:], old[:, start:]
+
+
+def _by_prompt(chunk: Sequence[Rollout]) -> list[Rollout]:
+    """``chunk`` with the rollouts of each prompt together (in order of first appearance), so
+    that a micro-batch's completions share as few prompts as possible."""
+    first: dict[tuple[int, ...], int] = {}
+    for r in chunk:
+        first.setdefault(tuple(r.prompt_ids), len(first))
+    return sorted(chunk, key=lambda r: first[tuple(r.prompt_ids)])
+
+
+def _minibatch_step(
+    model, chunk: Sequence[Rollout], params, config: GRPOConfig, pad_id: int, autocast, sums, shared: bool
+) -> float:
+    """Gradients of one minibatch (token-mean over it, micro-batch by micro-batch); returns the
+    clipped norm. ``shared``: each distinct prompt of a micro-batch runs once (``prefix``)."""
     chunk_tokens = sum(len(r.completion_ids) for r in chunk)
+    logprobs = shared_prompt_logprobs if shared else _whole_sequences
+    chunk = _by_prompt(chunk) if shared else chunk
     for s in range(0, len(chunk), config.micro_batch_size):
         batch = chunk[s : s + config.micro_batch_size]
-        ids, attn, comp, old = _pad(batch, pad_id)
         adv = torch.tensor([r.advantage for r in batch], dtype=torch.float32)
-        start = min(len(r.prompt_ids) for r in batch) - 1  # first position predicting a completion token
-        comp, old = comp[:, start:], old[:, start:]
         with autocast:
-            logp = token_logprobs(model, ids, attn, config.logprob_chunk, start)
+            logp, comp, old = logprobs(model, batch, pad_id, config.logprob_chunk)
         ref = None
         if config.kl_coef > 0:
             no_adapter = model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
             with torch.no_grad(), no_adapter, autocast:
-                ref = token_logprobs(model, ids, attn, config.logprob_chunk, start)
+                ref = logprobs(model, batch, pad_id, config.logprob_chunk)[0]
         loss, metrics = policy_loss(logp, old, adv, comp, config.clip_eps, ref, config.kl_coef)
         weight = comp.sum() / max(1, chunk_tokens)  # token-mean over the minibatch
         (loss * weight).backward()
@@ -165,7 +184,8 @@ def update_adapter(
     for _ in range(config.epochs):
         for lo, hi in itertools.pairwise(bounds):
             optimizer.zero_grad(set_to_none=True)
-            grad_norm = _minibatch_step(model, rollouts[lo:hi], params, config, pad_id, autocast, sums)
+            chunk = rollouts[lo:hi]
+            grad_norm = _minibatch_step(model, chunk, params, config, pad_id, autocast, sums, not checkpointing)
             optimizer.step()
             steps += 1
     optimizer.zero_grad(set_to_none=True)
