@@ -8,14 +8,18 @@ In one run, on this machine:
    shapes (read from its config.json):
    - decode, batch 8, 4 adapters: every step reads every weight once, the LoRA factors of
      the adapters in the batch and each row's KV cache, and does 2 FLOPs per weight per
-     row: max(bytes / bandwidth, FLOPs / GEMM rate at M = 8);
+     row: max(bytes / bandwidth, FLOPs / the best GEMM rate measured). Not the rate at
+     M = 8: a GEMM of 8 rows reads its weight well below the bandwidth here, which is
+     the library's shortfall, not the machine's;
    - prefill, 8 prompts × 250 tokens: 2 FLOPs per weight per token (the vocabulary
      projection for the last position only) / GEMM rate at M = 512;
    - one student's update (12 sequences of 250 prompt + 100 completion tokens): forward
      2 FLOPs per weight per token, backward 2 more (activation gradients; LoRA weight
      gradients are negligible) / GEMM rate at M = 512;
 3. the project's time for each phase, measured with its own code (``HFBackend``,
-   ``training.trainer.Trainer``) on the same shapes, and the ratio to the floor;
+   ``training.trainer.Trainer``) on the same shapes, and the ratio to the floor; the
+   decode step also with every layer through ``F.linear`` (``decode_step_f_linear_s``:
+   ``inference.rows`` off), for comparison;
 4. with ``--before REV``: one cpu-small generation with this checkout and with the code at
    REV (a git worktree), one after the other in this run; ``generation_speedup`` is the
    ratio of their generation seconds.
@@ -68,8 +72,11 @@ def bandwidth_gbs(mib: int = 512) -> float:
 
 
 def gemm_gflops(m: int, k: int, n: int) -> float:
-    a, b = torch.randn(m, k), torch.randn(k, n)
-    seconds = best_of(lambda: torch.mm(a, b), repeats=5 if m < 64 else 3)
+    """The best rate of (m, k) rows times an (n, k) weight as ``nn.Linear`` stores it, over
+    both operand orders (x·Wᵀ as ``F.linear`` computes it, and W·xᵀ): what the machine can do."""
+    x, w = torch.randn(m, k), torch.randn(n, k)
+    repeats = 5 if m < 64 else 3
+    seconds = min(best_of(lambda: torch.mm(x, w.t()), repeats), best_of(lambda: torch.mm(w, x.t()), repeats))
     return 2 * m * k * n / seconds / 1e9
 
 
@@ -119,7 +126,7 @@ def floors(
     tokens = seqs * (prompt + completion)
     update_flops = 4 * tokens * s["linear_params"] + 4 * seqs * completion * s["vocab_params"]
     return {
-        "decode_step": max(decode_bytes / (bw * 1e9), decode_flops / (rates[8] * 1e9)),
+        "decode_step": max(decode_bytes / (bw * 1e9), decode_flops / (max(rates.values()) * 1e9)),
         "decode_step_bytes": decode_bytes,
         "prefill": prefill_flops / (rates[512] * 1e9),
         "update": update_flops / (rates[512] * 1e9),
@@ -131,6 +138,7 @@ def measure_project(
 ) -> dict[str, float]:
     """The project's own decode step, prefill and one update on the floors' shapes."""
     from populora_core.config import GRPOConfig, PopulationConfig, RatingConfig
+    from populora_core.inference import rows
     from populora_core.inference.base import GenerationRequest, SamplingParams
     from populora_core.inference.hf import HFBackend
     from populora_core.models import load_model, resolve_model
@@ -157,6 +165,11 @@ def measure_project(
 
     prefill = best_of(lambda: run(1), repeats=2)
     full = best_of(lambda: run(steps), repeats=1)
+    rows.MAX_ROWS, kept = 0, rows.MAX_ROWS  # the same steps through F.linear (x·Wᵀ), for comparison
+    try:
+        full_linear = best_of(lambda: run(steps), repeats=1)
+    finally:
+        rows.MAX_ROWS = kept
     trainer = Trainer(load_model(path, dtype="float32")[0], tokenizer, pop)
     rollouts = [
         Rollout(
@@ -170,7 +183,8 @@ def measure_project(
     grpo = GRPOConfig(micro_batch_size=4, gradient_checkpointing=False)
     adapter = weights[members[-1].adapter_id]
     update = best_of(lambda: trainer.update(adapter, rollouts, grpo, None, seed=0), repeats=1)
-    return {"prefill": prefill, "decode_step": (full - prefill) / (steps - 1), "update": update}
+    step, step_linear = (full - prefill) / (steps - 1), (full_linear - prefill) / (steps - 1)
+    return {"prefill": prefill, "decode_step": step, "decode_step_f_linear": step_linear, "update": update}
 
 
 def generation_seconds(source: Path, runs: Path, preset: str) -> float:

@@ -31,27 +31,34 @@ from populora_core.inference.base import (
     SamplingParams,
     check_loaded,
     encode_prompt,
+    left_padded,
 )
 from populora_core.inference.multilora import MultiLora
+from populora_core.inference.rows import rows_layout
 from populora_core.models import load_model
-from populora_core.population.adapters import load_adapter
 from populora_core.population.lora import LoraAdapter
 
 
-def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> int:
-    """One token from a row's logits (V,): temperature, then top-k, then top-p."""
+def sample_rows(logits: torch.Tensor, params: SamplingParams, gens: Sequence[torch.Generator]) -> list[int]:
+    """One token per row of ``logits`` (B, V): temperature, then top-k, then top-p, row b drawn
+    with ``gens[b]``. Top-k is taken for the whole batch at once, and a row's draw is over its
+    k kept tokens only: the same distribution as a draw over the vocabulary with the rest
+    masked, without making V random numbers per row (a draw over Qwen's 151,936 tokens took
+    ~5 ms a row, as long as a decode step's attention)."""
     if params.temperature <= 0:
-        return int(logits.argmax())
+        return logits.argmax(-1).tolist()
     scores = logits / params.temperature
+    ids = None  # column -> token id, where the columns are not the vocabulary
     if params.top_k > 0:
-        kth = torch.topk(scores, min(params.top_k, scores.numel())).values[-1]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
+        scores, ids = torch.topk(scores, min(params.top_k, scores.shape[-1]), dim=-1)  # sorted, descending
+    elif params.top_p < 1.0:
+        scores, ids = torch.sort(scores, descending=True, dim=-1)
+    probs = torch.softmax(scores, -1)
     if params.top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, descending=True)
-        probs = torch.softmax(sorted_scores, -1)
-        cut = probs.cumsum(-1) - probs > params.top_p  # keep the token that crosses top_p
-        scores = scores.scatter(0, order[cut], float("-inf"))
-    return int(torch.multinomial(torch.softmax(scores, -1), 1, generator=gen))
+        probs = probs.masked_fill(probs.cumsum(-1) - probs > params.top_p, 0.0)  # keep the token crossing top_p
+    probs = probs.cpu()  # the generators are CPU ones, wherever the model runs
+    picks = [int(torch.multinomial(probs[b], 1, generator=gen)) for b, gen in enumerate(gens)]
+    return picks if ids is None else ids.cpu()[torch.arange(len(picks)), picks].tolist()
 
 
 Row = tuple[int, int]
@@ -89,6 +96,8 @@ class HFBackend:
     ) -> None:
         if model is None:
             model, tokenizer = load_model(model_path, dtype=dtype, device=device)
+        if torch.device(device).type == "cpu":
+            rows_layout(model)  # decode steps multiply by the weight on the left (inference.rows)
         self.base = model
         self.tokenizer = tokenizer
         self.device = device
@@ -104,7 +113,14 @@ class HFBackend:
 
     # adapters -----------------------------------------------------------------
     def load_adapter(self, adapter_id: str, path: Path) -> None:
-        adapter = load_adapter(path)
+        # imported here: the generation path itself needs only torch and transformers
+        # (benchmarks/gpu_check.py runs it where the project's other dependencies are not)
+        from populora_core.population.adapters import load_adapter
+
+        self.set_adapter(adapter_id, load_adapter(path))
+
+    def set_adapter(self, adapter_id: str, adapter: LoraAdapter) -> None:
+        """Serves ``adapter`` (factors in memory) as ``adapter_id``, in its slot."""
         if self.lora is None:
             self.lora = MultiLora(self.base, tuple({n.split(".")[-1] for n in adapter.modules}))
         self.lora.set_adapter(adapter_id, adapter)
@@ -150,7 +166,8 @@ class HFBackend:
     ) -> list[Completion]:
         """Completions of one batch of ``plan_batches``: rows are (request index, sample index)."""
         dtype = next(self.base.parameters()).dtype
-        ids, mask = self._left_padded([prompts[i] for i, _ in rows])
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        ids, mask = left_padded([prompts[i] for i, _ in rows], pad)
         gens = [torch.Generator().manual_seed((requests[i].seed * 1_000_003 + j) % 2**63) for i, j in rows]
         names = [requests[i].adapter for i, _ in rows]
         tokens: list[list[int]] = [[] for _ in rows]
@@ -164,12 +181,13 @@ class HFBackend:
         route(names, dtype)
         for _ in range(params.max_new_tokens):
             logits = self._next_logits(step_ids, mask, positions, cache)  # (B, V) float32
-            logprobs = torch.log_softmax(logits, -1)
+            picks = sample_rows(logits, params, [gens[row] for row in alive])
+            at = torch.arange(len(picks), device=logits.device), torch.tensor(picks, device=logits.device)
+            chosen = logits[at] - torch.logsumexp(logits, -1)  # log π(pick)
             keep, next_ids = [], []
-            for slot, row in enumerate(alive):
-                token = _sample(logits[slot], params, gens[row])
+            for slot, (row, token, logp) in enumerate(zip(alive, picks, chosen.tolist(), strict=True)):
                 tokens[row].append(token)
-                logps[row].append(float(logprobs[slot, token]))
+                logps[row].append(logp)
                 reason = self._finished(tokens[row], token, params)
                 if reason:
                     reasons[row] = reason
@@ -198,17 +216,6 @@ class HFBackend:
             )
             for b, (i, _) in enumerate(rows)
         ]
-
-    def _left_padded(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(token ids, attention mask), both (B, longest prompt), prompts padded on the left."""
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for b, prompt in enumerate(prompts):
-            ids[b, width - len(prompt) :] = torch.tensor(prompt)
-            mask[b, width - len(prompt) :] = 1
-        return ids, mask
 
     def _next_logits(self, step_ids, mask, positions, cache) -> torch.Tensor:
         """Logits of the next token of every row, after feeding ``step_ids`` into ``cache``."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from populora_core.config import DEFAULT_TARGET_MODULES
 from populora_core.population.lora import LoraAdapter
 
 
@@ -49,7 +48,7 @@ class MultiLoraLinear(nn.Module):
 class MultiLora:
     """Wraps a causal LM's target modules and manages adapter slots."""
 
-    def __init__(self, model: nn.Module, target_modules: tuple[str, ...] | None = None) -> None:
+    def __init__(self, model: nn.Module, target_modules: tuple[str, ...]) -> None:
         self.router = Router()
         self.layers: dict[str, MultiLoraLinear] = {}
         self.slots: dict[str, int] = {}  # adapter id -> slot
@@ -58,7 +57,7 @@ class MultiLora:
         self.width = 0  # r of a slot
         self.capacity = 0
         self.model = model
-        self.targets = set(target_modules or DEFAULT_TARGET_MODULES)
+        self.targets = set(target_modules)
         for name, module in list(model.named_modules()):
             if isinstance(module, nn.Linear) and name.split(".")[-1] in self.targets:
                 parent = model.get_submodule(name.rsplit(".", 1)[0])

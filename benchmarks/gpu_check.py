@@ -1,0 +1,230 @@
+"""The population's cost at Qwen2.5-Coder-7B's shapes, for a GPU machine with no downloads.
+
+A GPU machine lent to this project has torch, transformers, peft, pandas and pyarrow,
+but no model weights, no internet, no Prefect and no vLLM. This script builds the
+7B model's shapes from its configuration (below) with random bf16 weights, attaches
+8 rank-32 adapters (the paper's population: 4 teachers + 4 students, α 64) and runs
+the project's own code on them:
+1. generation (``inference.hf.HFBackend``, one mixed-adapter batch per step): the
+   same rows, prompts and lengths, once with every row on one adapter and once with
+   the rows spread over the 8 adapters; ``population_overhead`` is the ratio of the
+   two times (the paper reports 1.31× at these shapes);
+2. one GRPO update (``training.trainer.Trainer``) of one adapter on 16 sequences of
+   256 prompt + 256 completion tokens: tokens per second, and how far the factors moved;
+3. peak memory of each phase (GPU memory on a GPU; the process's peak RSS on CPU).
+
+It imports only torch, transformers, peft and the project's generation and update
+modules (a test checks this), and prints one final JSON line.
+
+    python benchmarks/gpu_check.py                 # 7B shapes, bf16, on cuda (minutes)
+    python benchmarks/gpu_check.py --tiny          # a tiny model of the same family, on CPU
+
+The tokenizer is a stand-in (``StandInTokenizer``): there are no tokenizer files on
+such a machine, and the figures depend only on token counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import sys
+import time
+from types import SimpleNamespace
+
+import torch
+
+from populora_core.inference.base import GenerationRequest, SamplingParams
+from populora_core.inference.hf import HFBackend
+from populora_core.population.lora import LoraAdapter, LoraFactors, delta_change
+from populora_core.training.trainer import Rollout, Trainer
+
+QWEN_CODER_7B = {  # Qwen/Qwen2.5-Coder-7B's config.json (the architecture's fields)
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+}
+TINY = {**QWEN_CODER_7B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+TINY.update(num_attention_heads=4, num_key_value_heads=2, vocab_size=512)
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def log(msg: str) -> None:
+    print(f"[gpu_check] {msg}", file=sys.stderr, flush=True)
+
+
+class StandInTokenizer:
+    """Stands in for the 7B's tokenizer, which such a machine does not have: one token per
+    character of a prompt, no text out. Only token counts matter to the figures."""
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+        self.pad_token_id = 0
+        self.eos_token_id = 1
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": [2 + ord(c) % (self.vocab_size - 2) for c in text]}
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return ""
+
+
+def build_model(shape: dict, device: str, dtype: torch.dtype):
+    """The architecture of ``shape`` with random weights, built on ``device`` in ``dtype``."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = Qwen2ForCausalLM(Qwen2Config(**shape))
+    finally:
+        torch.set_default_dtype(default)
+    return model.eval()
+
+
+def random_adapter(model, rank: int, alpha: float, gen: torch.Generator) -> LoraAdapter:
+    """Factors on every target module, both non-zero (B ~ N(0, 1e-3²), as a gaussian_b member)."""
+    modules = {}
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and name.split(".")[-1] in TARGETS:
+            A = (torch.rand((rank, module.in_features), generator=gen) * 2 - 1) / module.in_features**0.5
+            modules[name] = LoraFactors(A=A, B=torch.randn((module.out_features, rank), generator=gen) * 1e-3)
+    return LoraAdapter(modules=modules, rank=rank, alpha=alpha)
+
+
+def peak_memory_gb(device: str) -> float:
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated() / 1e9
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB on Linux
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def generation(args, shape: dict, adapters: list[LoraAdapter], model) -> dict[str, float]:
+    """Seconds for the same rows on one adapter and spread over all of them."""
+    backend = HFBackend(None, model=model, tokenizer=StandInTokenizer(shape["vocab_size"]), device=args.device)
+    backend.batch_size = args.rows
+    for i, adapter in enumerate(adapters):
+        backend.set_adapter(f"m{i}", adapter)
+    params = SamplingParams(temperature=1.0, top_k=50, max_new_tokens=args.new_tokens, ignore_eos=True)
+    gen = torch.Generator().manual_seed(1)
+    prompts = ["".join(chr(97 + int(c)) for c in torch.randint(0, 26, (args.prompt,), generator=gen))]
+    prompts = [p[i:] + p[:i] for i in range(args.rows) for p in prompts]  # distinct rows, equal lengths
+
+    def run(names: list[str]) -> tuple[float, int]:
+        requests = [
+            GenerationRequest(p, adapter=n, seed=i) for i, (p, n) in enumerate(zip(prompts, names, strict=True))
+        ]
+        sync(args.device)
+        started = time.perf_counter()
+        out = backend.generate(requests, params)
+        sync(args.device)
+        return time.perf_counter() - started, sum(len(c.token_ids) for group in out for c in group)
+
+    run(["m0"] * args.rows)  # warm-up
+    one, tokens_one = run(["m0"] * args.rows)
+    many, tokens_many = run([f"m{i % len(adapters)}" for i in range(args.rows)])
+    return {
+        "gen_tokens_per_s_1_adapter": tokens_one / one,
+        f"gen_tokens_per_s_{len(adapters)}_adapters": tokens_many / many,
+        "population_overhead": many / one,
+        "gen_peak_memory_gb": peak_memory_gb(args.device),
+    }
+
+
+def update(args, shape: dict, adapter: LoraAdapter, model) -> dict[str, float]:
+    """One GRPO update of ``adapter``: completion tokens per second and how far it moved."""
+    population = SimpleNamespace(rank=adapter.rank, alpha=adapter.alpha, target_modules=TARGETS)
+    trainer = Trainer(model, StandInTokenizer(shape["vocab_size"]), population)
+    grpo = SimpleNamespace(  # the fields Trainer.update reads (a GRPOConfig where pydantic is installed)
+        learning_rate=1e-5,
+        weight_decay=0.0,
+        clip_eps=0.2,
+        kl_coef=0.0,
+        micro_batch_size=args.micro_batch,
+        epochs=1,
+        minibatches=1,
+        max_grad_norm=1.0,
+        logprob_chunk=64,
+        gradient_checkpointing=args.checkpointing,
+    )
+    gen = torch.Generator().manual_seed(2)
+    vocab = shape["vocab_size"]
+    rollouts = [
+        Rollout(
+            torch.randint(2, vocab, (args.prompt,), generator=gen).tolist(),
+            torch.randint(2, vocab, (args.completion,), generator=gen).tolist(),
+            [-math.log(vocab)] * args.completion,  # random weights: next-token probabilities near uniform
+            float(torch.randn((), generator=gen)),
+        )
+        for _ in range(args.sequences)
+    ]
+    trainer.update(adapter, rollouts[: args.micro_batch], grpo, None, seed=0)  # warm-up
+    sync(args.device)
+    started = time.perf_counter()
+    after, metrics, _ = trainer.update(adapter, rollouts, grpo, None, seed=0)
+    sync(args.device)
+    seconds = time.perf_counter() - started
+    return {
+        "update_seconds": seconds,
+        "update_tokens_per_s": args.sequences * (args.prompt + args.completion) / seconds,
+        "update_completion_tokens_per_s": metrics["charts/tokens_per_s"],
+        "update_delta": delta_change(adapter, after),
+        "update_peak_memory_gb": peak_memory_gb(args.device),
+    }
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiny", action="store_true", help="a tiny model of the same family, on CPU (CI)")
+    ap.add_argument("--device", default=None, help="default: cuda where available, else cpu")
+    ap.add_argument("--adapters", type=int, default=8)
+    ap.add_argument("--rank", type=int, default=32)
+    ap.add_argument("--rows", type=int, default=64, help="rows decoded together")
+    ap.add_argument("--prompt", type=int, default=256, help="prompt tokens (generation and update)")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--completion", type=int, default=256, help="completion tokens of an update's sequences")
+    ap.add_argument("--sequences", type=int, default=16)
+    ap.add_argument("--micro-batch", type=int, default=4)
+    ap.add_argument("--checkpointing", action="store_true", help="activation checkpointing in the update")
+    args = ap.parse_args(argv)
+    if args.tiny:
+        args.rows, args.prompt, args.new_tokens, args.completion, args.sequences, args.rank = 16, 24, 8, 8, 4, 4
+    args.device = args.device or ("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
+    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
+    shape = TINY if args.tiny else QWEN_CODER_7B
+    started = time.perf_counter()
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    model = build_model(shape, args.device, dtype)
+    params = sum(p.numel() for p in model.parameters())
+    log(f"{params / 1e9:.2f}B parameters on {args.device} in {dtype}, built in {time.perf_counter() - started:.0f} s")
+    adapters = [random_adapter(model, args.rank, 2.0 * args.rank, gen) for _ in range(args.adapters)]
+    out = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"}
+    out.update(parameters=params, adapters=args.adapters, rank=args.rank, dtype=str(dtype).removeprefix("torch."))
+    out.update(generation(args, shape, adapters, model))
+    log(f"generation: {out['population_overhead']:.2f}x the time with {args.adapters} adapters against 1")
+    del model
+    if args.device.startswith("cuda"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    out.update(update(args, shape, adapters[0], build_model(shape, args.device, dtype)))
+    out["seconds"] = time.perf_counter() - started
+    print(json.dumps({k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in out.items()}))
+
+
+if __name__ == "__main__":
+    main()
