@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
+# pip's downloads under the project's cache (CI keeps ~/.cache/populora between runs)
+export PIP_CACHE_DIR ?= $(HOME)/.cache/populora/pip
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
 VLLM_VENV := .venv-vllm
