@@ -25,7 +25,7 @@ PRESETS: dict[str, dict] = {
         "generations": 2,
         "model": {"name": "embedded:smollm2-135m-instruct", "threads": 2},
         # 48 student tokens: with the worked example in the prompt, 24 cut every answer before its
-        # </answer> (no verdict reached the sandbox, which the cluster's fault tests need)
+        # </answer> (the cluster's fault test sets its own cap: it needs an answer in the sandbox)
         "inference": {"batch_size": 16, "teacher_max_new_tokens": 32, "student_max_new_tokens": 48},
         "budget": {"proposals_per_teacher": 2, "problems_per_match": 2, "samples_per_problem": 2, "references": 1},
         "population": {"teachers": 2, "students": 2, "rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]},
