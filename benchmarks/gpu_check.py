@@ -8,7 +8,7 @@ the project's own code on them:
 1. generation (``inference.hf.HFBackend``, one mixed-adapter batch per step): the
    same rows, prompts and lengths, once with every row on one adapter and once with
    the rows spread over the 8 adapters; ``population_overhead`` is the ratio of the
-   two times (the paper reports 1.31× at these shapes);
+   two times (the issue cites the paper's 1.31× at these shapes);
 2. one GRPO update (``training.trainer.Trainer``) of one adapter on 16 sequences of
    256 prompt + 256 completion tokens: tokens per second, and how far the factors moved;
 3. peak memory of each phase (GPU memory on a GPU; the process's peak RSS on CPU).

@@ -110,6 +110,7 @@ class HFBackend:
             ids = gen_cfg.eos_token_id
             eos |= set(ids) if isinstance(ids, list) else {ids}
         self.eos_ids = {i for i in eos if i is not None}
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     # adapters -----------------------------------------------------------------
     def load_adapter(self, adapter_id: str, path: Path) -> None:
@@ -166,8 +167,7 @@ class HFBackend:
     ) -> list[Completion]:
         """Completions of one batch of ``plan_batches``: rows are (request index, sample index)."""
         dtype = next(self.base.parameters()).dtype
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        ids, mask = left_padded([prompts[i] for i, _ in rows], pad)
+        ids, mask = left_padded([prompts[i] for i, _ in rows], self.pad_id)
         gens = [torch.Generator().manual_seed((requests[i].seed * 1_000_003 + j) % 2**63) for i, j in rows]
         names = [requests[i].adapter for i, _ in rows]
         tokens: list[list[int]] = [[] for _ in rows]

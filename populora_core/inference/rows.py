@@ -2,9 +2,9 @@
 
 A decode step multiplies every weight by a handful of rows (one per sequence still
 generating). ``F.linear`` computes x·Wᵀ; with Intel's MKL on the AMD CPUs measured
-here that product runs far below the memory bandwidth at few rows, while W·xᵀ (the
-same numbers, the weight as the left operand, no transposed copy of anything large)
-reads the weight at close to it: see ``benchmarks/cpu_floor.py`` for the figures.
+here that product is slow at few rows, and W·xᵀ (the same numbers, the weight as the
+left operand) is up to 2.8× faster for the large layers (both still read the weight
+well below the memory bandwidth: docs/benchmarks.md#cpu-floor).
 ``rows_layout`` switches a model's ``nn.Linear`` layers in place to ``RowsLinear``,
 which takes that path for at most ``MAX_ROWS`` rows, on CPU, without gradients
 (decoding), and ``F.linear`` otherwise (prefill, training, GPUs). The parameters,

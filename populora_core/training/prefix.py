@@ -40,8 +40,11 @@ def shared_prompt_logprobs(
     """(log π of each completion token, completion mask, generation-time log-probs), each
     (len(batch), longest completion), completion tokens left-aligned; every distinct prompt
     of ``batch`` runs through ``model`` once."""
-    prompts = list(dict.fromkeys(tuple(r.prompt_ids) for r in batch))
-    which = torch.tensor([prompts.index(tuple(r.prompt_ids)) for r in batch])
+    slots: dict[tuple[int, ...], int] = {}
+    for r in batch:
+        slots.setdefault(tuple(r.prompt_ids), len(slots))
+    prompts = list(slots)
+    which = torch.tensor([slots[tuple(r.prompt_ids)] for r in batch])
     p_ids, p_mask = left_padded(prompts, pad_id)
     p_pos = (p_mask.cumsum(-1) - 1).clamp_min(0)
     cache = DynamicCache()
