@@ -65,6 +65,7 @@ from populora_core.training.fixed_pool import (
     split_pool,
     step_summary,
     student_rollouts,
+    untrained_problems,
 )
 
 ADAPTER = "student"
@@ -79,9 +80,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--engine",
-        choices=("both", "ours", "trl", "report"),
+        choices=("both", "ours", "trl", "heldout", "report"),
         default="both",
-        help="ours and trl may run as two processes side by side; report combines what --out holds",
+        help="ours and trl may run as two processes side by side; heldout evaluates their final adapters "
+        "on --heldout-extra more problems; report combines what --out holds",
     )
     ap.add_argument("--preset", default="cpu-small", help="model, LoRA shape, token cap and sampling come from here")
     ap.add_argument(
@@ -93,6 +95,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--lr", type=float, default=2e-4)
     ap.add_argument("--minibatches", type=int, default=2, help="optimizer steps per step")
     ap.add_argument("--heldout", type=int, default=100, help="held-out problems (never trained on)")
+    ap.add_argument(
+        "--heldout-extra",
+        type=int,
+        default=0,
+        help="with --engine heldout: this many more problems, from programs neither held out nor trained on",
+    )
     ap.add_argument("--eval-batch", type=int, default=50, help="rows decoded together in held-out evaluations")
     ap.add_argument("--eval-every", type=int, default=0, help="held-out evaluation every K steps (0: end only)")
     ap.add_argument("--last", type=int, default=4, help="steps averaged for *_reward_last and format_error_last")
@@ -139,6 +147,9 @@ class Setup:
         self.train = [train[i] for i in order[: args.steps * args.problems]]
         self.steps = [self.train[s * args.problems : (s + 1) * args.problems] for s in range(args.steps)]
         self.params = sampling_params(self.config, self.config.inference.student_max_new_tokens)
+        # more never-trained problems for a tighter held-out interval, drawn from their own
+        # stream so that the split and the training order above stay what they were
+        self.extra = untrained_problems(train, self.train, args.heldout_extra, np.random.default_rng([args.seed, 1]))
 
     def rewards(self, problems, texts, pool: SandboxPool) -> list[tuple[str, float]]:
         results = check_answers(list(zip(problems, texts, strict=True)), pool, self.config.problems)
@@ -157,18 +168,20 @@ def step_row(engine: str, step: int, verdicts: pd.DataFrame, seconds: float, ext
     return row
 
 
-def heldout_eval(setup: Setup, backend, adapter: str, pool: SandboxPool, label: str) -> pd.DataFrame:
-    """Greedy verdicts of ``adapter`` on the held-out split (decoded ``--eval-batch`` rows at a
-    time: greedy rows are independent of their batch), kept under --out/checkpoint so a
-    restarted run does not evaluate the same adapter again."""
-    done = setup.args.out / "checkpoint" / f"heldout-{label}.csv"
+def heldout_eval(
+    setup: Setup, backend, adapter: str, pool: SandboxPool, label: str, *, extra: bool = False
+) -> pd.DataFrame:
+    """Greedy verdicts of ``adapter`` on the held-out split (or on the extra never-trained
+    problems), decoded ``--eval-batch`` rows at a time (greedy rows are independent of their
+    batch), kept under --out/checkpoint so a restarted run does not evaluate the same adapter again."""
+    done = setup.args.out / "checkpoint" / f"heldout{'-extra' if extra else ''}-{label}.csv"
     if done.is_file():
         return pd.read_csv(done, keep_default_na=False)
     backend.batch_size, sampling_batch = setup.args.eval_batch, backend.batch_size
     frame = greedy_verdicts(
         backend,
         adapter,
-        setup.heldout,
+        setup.extra if extra else setup.heldout,
         pool,
         setup.config.problems,
         setup.config.rewards,
@@ -398,6 +411,43 @@ def heldout_table(evals: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def initial_adapter(setup: Setup, workdir: Path) -> dict:
+    """The adapter both engines start from (and the control), saved as ``workdir/init``."""
+    cfg = setup.config
+    base, _ = load_model(setup.model_path, dtype=cfg.model.dtype)
+    shapes = lora_shapes_from_model(base, cfg.population.target_modules)
+    del base
+    init = init_adapter(shapes, cfg.population, torch_generator(setup.args.seed, 0, ADAPTER, "init"))
+    save_adapter(init, workdir / "init", cfg.model.name)
+    return init
+
+
+def run_extra(args: argparse.Namespace, setup: Setup) -> None:
+    """--engine heldout: the control and each engine's final adapter (from --out/checkpoint)
+    on the --heldout-extra problems, into heldout-extra.csv; the report pools them with the
+    held-out split (both never trained on; paired over the same items)."""
+    from populora_core.inference.hf import HFBackend
+
+    if not setup.extra:
+        raise SystemExit("--engine heldout needs --heldout-extra N (N > 0)")
+    cfg, ckpt = setup.config, args.out / "checkpoint"
+    finals = {
+        f"ours@{args.steps}": ckpt / f"ours-step{args.steps - 1}",
+        f"trl@{args.steps}": ckpt / "trl" / f"checkpoint-{args.steps * args.minibatches}",
+    }
+    evals = []
+    with tempfile.TemporaryDirectory(prefix="learning-check-") as tmp, SandboxPool(cfg.sandbox) as pool:
+        initial_adapter(setup, Path(tmp))
+        backend = HFBackend(setup.model_path, dtype=cfg.model.dtype, batch_size=cfg.inference.batch_size)
+        for label, path in {"control": Path(tmp) / "init", **finals}.items():
+            if not path.is_dir():
+                log(f"{label}: no final adapter at {path}; not evaluated")
+                continue
+            backend.load_adapter(label, path)
+            evals.append(heldout_eval(setup, backend, label, pool, label, extra=True))
+    pd.concat(evals).to_csv(args.out / "heldout-extra.csv", index=False)
+
+
 def run_engine(args: argparse.Namespace, setup: Setup) -> None:
     """Trains (and evaluates) one engine, writing steps-<engine>.csv, heldout-<engine>.csv and
     wall-<engine>.json (its minutes, held-out evaluations included)."""
@@ -405,11 +455,7 @@ def run_engine(args: argparse.Namespace, setup: Setup) -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="learning-check-") as tmp, SandboxPool(cfg.sandbox) as pool:
         workdir = Path(tmp)
-        base, _ = load_model(setup.model_path, dtype=cfg.model.dtype)
-        shapes = lora_shapes_from_model(base, cfg.population.target_modules)
-        del base
-        init = init_adapter(shapes, cfg.population, torch_generator(args.seed, 0, ADAPTER, "init"))
-        save_adapter(init, workdir / "init", cfg.model.name)
+        init = initial_adapter(setup, workdir)
         if args.engine == "ours":
             rows, evals = run_ours(setup, init, workdir, pool)
         else:
@@ -448,15 +494,18 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     started = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
-    engines = {"both": ("ours", "trl"), "ours": ("ours",), "trl": ("trl",), "report": ()}[args.engine]
-    if engines:
+    engines = {"both": ("ours", "trl"), "ours": ("ours",), "trl": ("trl",)}.get(args.engine, ())
+    if args.engine != "report":
         setup = Setup(args)
         torch.set_num_threads(args.threads or setup.config.model.threads or 2)
         cfg = setup.config
         log(
             f"{len(setup.train)} training problems in {args.steps} steps of {args.problems} x {args.samples}; "
-            f"{len(setup.heldout)} held out; lr {cfg.grpo.learning_rate}, rank {cfg.population.rank}"
+            f"{len(setup.heldout)} held out (+{len(setup.extra)} extra); "
+            f"lr {cfg.grpo.learning_rate}, rank {cfg.population.rank}"
         )
+        if args.engine == "heldout":
+            run_extra(args, setup)
         for engine in engines:
             run_engine(argparse.Namespace(**{**vars(args), "engine": engine}), setup)
     summary = report(args)

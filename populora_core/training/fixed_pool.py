@@ -60,6 +60,16 @@ def split_pool(
     return [p for p in problems if p.program not in held], [p for p in problems if p.program in held]
 
 
+def untrained_problems(
+    train: Sequence[Problem], trained: Sequence[Problem], count: int, rng: np.random.Generator
+) -> list[Problem]:
+    """About ``count`` problems (every task type of ``count / types`` programs) from the
+    training side of a split whose programs no ``trained`` problem uses: more held-out
+    items for a run that trained on only part of its training pool."""
+    seen = {p.program for p in trained}
+    return split_pool([p for p in train if p.program not in seen], count, rng)[1]
+
+
 def sample(
     backend,
     adapter: str | Sequence[str],

@@ -11,7 +11,14 @@ import pytest
 
 from populora_core.config import GRPOConfig, ProblemsConfig, RewardConfig
 from populora_core.inference.base import Completion
-from populora_core.training.fixed_pool import cruxeval_problems, judge, split_pool, step_summary, student_rollouts
+from populora_core.training.fixed_pool import (
+    cruxeval_problems,
+    judge,
+    split_pool,
+    step_summary,
+    student_rollouts,
+    untrained_problems,
+)
 
 CRUXEVAL = Path(__file__).resolve().parents[4] / "shared" / "data" / "cruxeval" / "cruxeval.jsonl"
 pytestmark = pytest.mark.skipif(not CRUXEVAL.is_file(), reason="needs ../shared/data/cruxeval")
@@ -32,6 +39,15 @@ def test_the_held_out_split_shares_no_program_with_training():
     assert not {p.program for p in train} & {p.program for p in held}
     again, _ = split_pool(problems, 100, np.random.default_rng(0))
     assert [p.problem_id for p in again] == [p.problem_id for p in train]  # seeded
+
+
+def test_extra_held_out_problems_share_no_program_with_training_or_the_split():
+    train, held = split_pool(cruxeval_problems(CRUXEVAL), 100, np.random.default_rng(0))
+    trained = train[:600:2]  # 300 programs of the training pool, each as one task type only
+    extra = untrained_problems(train, trained, 150, np.random.default_rng(1))
+    assert len(extra) == 150 and {p.task_type for p in extra} == {"code_o", "code_i"}
+    programs = {p.program for p in extra}
+    assert not programs & {p.program for p in trained} and not programs & {p.program for p in held}
 
 
 def _completion(text: str, n_tokens: int = 3) -> Completion:
