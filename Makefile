@@ -120,4 +120,4 @@ bench-quick: setup dockerd sandbox-image
 	$(BIN)/python benchmarks/cluster_scaling.py --quick
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(OV_VENV) .pytest_cache .ruff_cache
