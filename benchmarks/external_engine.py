@@ -54,6 +54,7 @@ def make_adapters(model, config, workdir: Path, seed: int, sources: list[Path]) 
     from populora_core.population.adapters import (
         LoraAdapter,
         LoraFactors,
+        init_adapter,
         load_adapter,
         lora_shapes_from_model,
         save_adapter,
@@ -66,14 +67,8 @@ def make_adapters(model, config, workdir: Path, seed: int, sources: list[Path]) 
         if sources:
             adapter = load_adapter(sources[k % len(sources)])
         else:
-            modules = {
-                name: LoraFactors(
-                    A=(torch.rand((config.rank, d_in), generator=gen) * 2 - 1) / d_in**0.5,
-                    B=torch.randn((d_out, config.rank), generator=gen) * 0.005,
-                )
-                for name, (d_out, d_in) in shapes.items()
-            }
-            adapter = LoraAdapter(modules, config.rank, config.alpha)
+            random = config.model_copy(update={"init": "gaussian_b", "init_b_std": 0.005})
+            adapter = init_adapter(shapes, random, gen)  # the population's own initialisation
         moved = {
             name: LoraFactors(A=f.A, B=f.B + torch.randn(f.B.shape, generator=gen) * float(f.B.std()) * 0.1)
             for name, f in adapter.modules.items()

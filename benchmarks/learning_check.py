@@ -411,10 +411,11 @@ def heldout_table(evals: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def initial_adapter(setup: Setup, workdir: Path) -> dict:
-    """The adapter both engines start from (and the control), saved as ``workdir/init``."""
+def initial_adapter(setup: Setup, workdir: Path, model=None) -> dict:
+    """The adapter both engines start from (and the control), saved as ``workdir/init``;
+    its shapes are read off ``model`` (the base model, loaded for this when not given)."""
     cfg = setup.config
-    base, _ = load_model(setup.model_path, dtype=cfg.model.dtype)
+    base = model if model is not None else load_model(setup.model_path, dtype=cfg.model.dtype)[0]
     shapes = lora_shapes_from_model(base, cfg.population.target_modules)
     del base
     init = init_adapter(shapes, cfg.population, torch_generator(setup.args.seed, 0, ADAPTER, "init"))
@@ -437,8 +438,8 @@ def run_extra(args: argparse.Namespace, setup: Setup) -> None:
     }
     evals = []
     with tempfile.TemporaryDirectory(prefix="learning-check-") as tmp, SandboxPool(cfg.sandbox) as pool:
-        initial_adapter(setup, Path(tmp))
         backend = HFBackend(setup.model_path, dtype=cfg.model.dtype, batch_size=cfg.inference.batch_size)
+        initial_adapter(setup, Path(tmp), backend.base)
         for label, path in {"control": Path(tmp) / "init", **finals}.items():
             if not path.is_dir():
                 log(f"{label}: no final adapter at {path}; not evaluated")
