@@ -35,6 +35,9 @@ PRESETS: dict[str, dict] = {
         # nothing here, and its greedy answers cost ~21 s of a ~85 s generation; the drift
         # tests turn it on (`probe.items`).
         "probe": {"items": 0},
+        # the run's CVT centroids: k-means on 10,000 samples took 0.25 s here, on the default 50,000
+        # about 6 s, paid by every new run (the test suite starts dozens)
+        "coverage": {"samples": 10_000},
     },
     "cpu-small": {
         # The README's main job: the embedded Qwen2.5-Coder-0.5B, 4 + 4, small budgets.

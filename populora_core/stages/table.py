@@ -11,11 +11,10 @@ artifact of the same generation).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
-
-from populora_core.stages import evolve, learn, measure, play
 
 Need = Literal["backend", "pool", "trainer"]
 """Heavy objects a stage is handed (``runtime.Runtime``): a generation ``inference.base.GenerationBackend``
@@ -28,8 +27,10 @@ class Stage:
     """One stage of a generation."""
 
     name: str
-    fn: Callable[..., object]
-    """Computes the outputs from the inputs (plain frames, members, paths)."""
+    impl: Callable[..., object] | str
+    """Computes the outputs from the inputs (plain frames, members, paths): the function, or
+    ``"module.function"`` in ``populora_core.stages``, imported at first use (``fn``) so that
+    reading the table (status, the CLI's help) does not import torch."""
     inputs: tuple[str, ...]
     """What ``fn`` reads (keyword arguments)."""
     outputs: tuple[str, ...]
@@ -41,40 +42,48 @@ class Stage:
     """The heavy objects ``fn`` is handed; where they run (this process, or the Ray
     cluster's nodes with what ``cluster.<key>`` asks for) is the engine's business."""
 
+    @property
+    def fn(self) -> Callable[..., object]:
+        """The stage's function."""
+        if not isinstance(self.impl, str):
+            return self.impl
+        module, name = self.impl.rsplit(".", 1)
+        return getattr(importlib.import_module(f"populora_core.stages.{module}"), name)
+
 
 TABLE: tuple[Stage, ...] = (
-    Stage("pair", play.pair, ("members",), ("pairings",)),
-    Stage("propose", play.propose, ("members", "start_buffers"), ("proposals",), needs=("backend",)),
+    Stage("pair", "play.pair", ("members",), ("pairings",)),
+    Stage("propose", "play.propose", ("members", "start_buffers"), ("proposals",), needs=("backend",)),
     Stage(
         "validate",
-        play.validate,
+        "play.validate",
         ("proposals", "start_buffers", "centroids", "calibration"),
         ("problems",),
         needs=("pool",),
     ),
-    Stage("solve", play.solve, ("problems", "pairings"), ("rollouts",), needs=("backend",)),
-    Stage("probe", measure.probe, ("members",), ("probes",), needs=("backend", "pool")),
-    Stage("verify", play.verify, ("rollouts", "problems"), ("verdicts",), needs=("pool",)),
-    Stage("reward", learn.reward, ("proposals", "problems", "rollouts", "verdicts"), ("rewards",)),
+    Stage("solve", "play.solve", ("problems", "pairings"), ("rollouts",), needs=("backend",)),
+    Stage("probe", "measure.probe", ("members",), ("probes",), needs=("backend", "pool")),
+    Stage("verify", "play.verify", ("rollouts", "problems"), ("verdicts",), needs=("pool",)),
+    Stage("reward", "learn.reward", ("proposals", "problems", "rollouts", "verdicts"), ("rewards",)),
     Stage(
         "update",
-        learn.update,
+        "learn.update",
         ("members", "members_dir", "rewards", "proposals", "rollouts", "updated_dir", "base_model"),
         ("train_metrics",),
         dirs=("updated_dir",),
         needs=("trainer",),
     ),
-    Stage("rate", learn.rate, ("members", "verdicts"), ("matches", "ratings")),
+    Stage("rate", "learn.rate", ("members", "verdicts"), ("matches", "ratings")),
     Stage(
         "evolve",
-        evolve.evolve,
+        "evolve.evolve",
         ("members", "updated_dir", "ratings", "next_members_dir", "base_model"),
         ("lineage",),
         dirs=("next_members_dir",),
     ),
     Stage(
         "measure",
-        measure.measure,
+        "measure.measure",
         ("start_buffers", "problems", "verdicts", "lineage", "next_members", "earlier_cells"),
         ("buffers", "coverage"),
     ),
