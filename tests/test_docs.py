@@ -49,7 +49,7 @@ def test_stage_tables_are_the_stage_table(path: Path):
 
 def test_architecture_code_block_names_each_stage_and_its_function():
     text = (ROOT / "docs" / "architecture.md").read_text()
-    documented = re.findall(r'Stage\(\s*"(\w+)",\s*(\w+)\.(\w+),', text)  # one line or (formatted) several
+    documented = re.findall(r'Stage\(\s*"(\w+)",\s*"(\w+)\.(\w+)",', text)  # one line or (formatted) several
     actual = [(s.name, s.fn.__module__.rsplit(".", 1)[-1], s.fn.__name__) for s in TABLE]
     assert documented == actual
 

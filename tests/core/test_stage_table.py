@@ -34,3 +34,19 @@ def test_lookups_name_the_valid_choices():
         assert "pair, propose" in str(exc)
     else:
         raise AssertionError("an unknown stage must raise")
+
+
+def test_reading_the_table_and_the_cli_help_import_no_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from populora_core.stages.table import TABLE, get_stage\n"
+        "from flows.cli import build_parser\n"
+        "build_parser()\n"
+        "assert [s.name for s in TABLE][0] == 'pair'\n"
+        "assert 'torch' not in sys.modules, 'the stage table imported torch'\n"
+        "assert get_stage('update').fn.__name__ == 'update' and 'torch' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
