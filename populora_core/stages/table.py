@@ -29,8 +29,8 @@ class Stage:
     name: str
     impl: Callable[..., object] | str
     """Computes the outputs from the inputs (plain frames, members, paths): the function, or
-    ``"module.function"`` in ``populora_core.stages``, imported at first use (``fn``) so that
-    reading the table (status, the CLI's help) does not import torch."""
+    ``"module.function"`` in ``populora_core.stages``, imported when ``fn`` is first read so that
+    reading the table (the CLI's help, its subcommands' choices) does not import torch."""
     inputs: tuple[str, ...]
     """What ``fn`` reads (keyword arguments)."""
     outputs: tuple[str, ...]
