@@ -62,6 +62,31 @@ def test_seeds_give_the_same_samples_whatever_the_batch(backend):
     assert other_seed[0].token_ids != alone[0].token_ids
 
 
+def test_a_prompt_shared_by_rows_of_one_adapter_is_prefilled_once(backend):
+    params = SamplingParams(temperature=1.0, top_k=50, max_new_tokens=8)
+    a, b = backend.ids
+    requests = [
+        GenerationRequest(MESSAGES, adapter=a, n=3, seed=1),
+        GenerationRequest(OTHER, adapter=b, n=2, seed=2),
+        GenerationRequest(MESSAGES, adapter=b, n=1, seed=3),  # same prompt, other adapter: its own prefill
+        GenerationRequest(MESSAGES, adapter=a, n=1, seed=4),  # same prompt and adapter as the first
+    ]
+    shapes = []
+    hook = backend.base.register_forward_pre_hook(
+        lambda _, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        together = backend.generate(requests, params)
+    finally:
+        hook.remove()
+    prefills = [shape for shape in shapes if shape[1] > 1]
+    assert len(prefills) == 1 and prefills[0][0] == 3  # 7 rows, 3 distinct (adapter, prompt)
+    assert shapes[1][0] == 7  # the first decode step feeds every row
+    alone = [backend.generate([r], params)[0] for r in requests]
+    assert [[c.token_ids for c in cs] for cs in together] == [[c.token_ids for c in cs] for cs in alone]
+    assert together[0][0].token_ids != together[0][1].token_ids  # shared prompt, own draws
+
+
 def test_stop_strings_and_prefill(backend):
     stop = SamplingParams(temperature=0.0, max_new_tokens=40, stop=("def ",))
     [[c]] = backend.generate([GenerationRequest(MESSAGES, prefill="```python\n")], stop)
