@@ -235,7 +235,7 @@ class HFBackend:
         if len(first) == len(prompts):
             return logits, mask, positions
         index = torch.tensor(expand)
-        cache.batch_select_indices(index.to(self.device))
+        cache.batch_select_indices(index)  # as the decode steps do
         return logits[index.to(logits.device)], mask[index], positions[index]
 
     def _next_logits(self, step_ids, mask, positions, cache) -> torch.Tensor:

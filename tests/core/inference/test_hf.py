@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from populora_core.config import PopulationConfig, RatingConfig
+from populora_core.inference.attention import NAME
 from populora_core.inference.base import BASE, GenerationRequest, SamplingParams
 from populora_core.inference.hf import HFBackend
 from populora_core.models import load_model, resolve_model
@@ -81,6 +82,7 @@ def test_a_prompt_shared_by_rows_of_one_adapter_is_prefilled_once(backend):
         hook.remove()
     prefills = [shape for shape in shapes if shape[1] > 1]
     assert len(prefills) == 1 and prefills[0][0] == 3  # 7 rows, 3 distinct (adapter, prompt)
+    assert backend.base.config._attn_implementation == NAME  # decode attention (inference.attention)
     assert shapes[1][0] == 7  # the first decode step feeds every row
     alone = [backend.generate([r], params)[0] for r in requests]
     assert [[c.token_ids for c in cs] for cs in together] == [[c.token_ids for c in cs] for cs in alone]
