@@ -21,14 +21,13 @@ def _decode(model, ids: torch.Tensor, steps: int, monkeypatch) -> tuple[torch.Te
         calls.append((tuple(query.shape[1:3]), kwargs.get("enable_gqa", False)))  # (heads, length)
         return sdpa(query, *args, **kwargs)
 
-    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
     cache, out, step = DynamicCache(), [], ids
-    with torch.no_grad():
+    with monkeypatch.context() as patched, torch.no_grad():
+        patched.setattr(F, "scaled_dot_product_attention", recording)
         for _ in range(steps):
             logits = model(input_ids=step, cache=cache, use_cache=True).logits[:, -1]
             out.append(logits)
             step = logits.argmax(-1, keepdim=True)
-    monkeypatch.setattr(F, "scaled_dot_product_attention", sdpa)
     return torch.stack(out, 1), calls
 
 

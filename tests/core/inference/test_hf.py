@@ -63,6 +63,10 @@ def test_seeds_give_the_same_samples_whatever_the_batch(backend):
     assert other_seed[0].token_ids != alone[0].token_ids
 
 
+def test_the_cpu_backend_decodes_through_the_grouped_attention(backend):
+    assert backend.base.config._attn_implementation == NAME  # inference.attention
+
+
 def test_a_prompt_shared_by_rows_of_one_adapter_is_prefilled_once(backend):
     params = SamplingParams(temperature=1.0, top_k=50, max_new_tokens=8)
     a, b = backend.ids
@@ -82,7 +86,6 @@ def test_a_prompt_shared_by_rows_of_one_adapter_is_prefilled_once(backend):
         hook.remove()
     prefills = [shape for shape in shapes if shape[1] > 1]
     assert len(prefills) == 1 and prefills[0][0] == 3  # 7 rows, 3 distinct (adapter, prompt)
-    assert backend.base.config._attn_implementation == NAME  # decode attention (inference.attention)
     assert shapes[1][0] == 7  # the first decode step feeds every row
     alone = [backend.generate([r], params)[0] for r in requests]
     assert [[c.token_ids for c in cs] for cs in together] == [[c.token_ids for c in cs] for cs in alone]
