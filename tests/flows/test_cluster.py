@@ -165,16 +165,21 @@ def test_a_worker_killed_during_update_or_verify_or_a_node_lost_costs_only_its_w
     from populora_core.runs import RunDir
 
     # The verify and node faults fire on sandbox batches of the verify stage, so a student answer
-    # must reach the sandbox: SmolLM2's deduction answers are judged without it, and at cpu-tiny's
-    # 48 tokens none of its other answers did (measured); at 80 one does. This run's own
-    # uninterrupted twin (local) is the reference.
-    longer = ["--set", "inference.student_max_new_tokens=80"]
-    train = ["train", "--preset", "cpu-tiny", "--generations", "1", "--runs-dir", str(tmp_path), *longer]
-    result = populora([*train, "--run-id", "uninterrupted"], prefect_server)
-    assert result.returncode == 0, result.stdout[-4000:]
-    reference = RunDir(tmp_path / "uninterrupted")
-    judged = reference.read(0, "verdicts")["sandbox_status"]
-    assert (judged != "none").any(), "no student answer reached the sandbox: raise the token cap above"
+    # must reach the sandbox: SmolLM2's deduction answers are judged without it, and whether one
+    # of its few other answers parses depends on the sampled tokens (measured at 80 tokens: seeds
+    # 1 and 2 send one, 0 and 3 none; any change to the numerics can move this). So the run's
+    # seed is the first of a few whose uninterrupted (local) run reaches the sandbox; that run is
+    # the reference of the faulted one, on the same seed.
+    for seed in (1, 2, 0, 3, 4):
+        settings = ["--set", "inference.student_max_new_tokens=80", "--set", f"seed={seed}"]
+        train = ["train", "--preset", "cpu-tiny", "--generations", "1", "--runs-dir", str(tmp_path), *settings]
+        result = populora([*train, "--run-id", f"uninterrupted-{seed}"], prefect_server)
+        assert result.returncode == 0, result.stdout[-4000:]
+        reference = RunDir(tmp_path / f"uninterrupted-{seed}")
+        if (reference.read(0, "verdicts")["sandbox_status"] != "none").any():
+            break
+    else:
+        pytest.fail("no student answer reached the sandbox on any seed tried: raise the token cap")
 
     out = tmp_path / "killed"
     for log in ("saves.log", "batches.log"):  # this run's attempts only
