@@ -118,23 +118,22 @@ def _baseline_of(name: str) -> dict:
 PRESETS["cpu-arms-race"] = _merge(
     PRESETS["cpu-small"],
     {
-        # The long CPU run (benchmarks/arms_race.py): cpu-small cut to 2 + 2 and sized so a
-        # population generation and its baseline generation, run side by side (one thread
-        # each), take about six minutes on 2 cores. Measured here (AMD EPYC, AVX2, fp32):
-        # decoding is not compute-bound (~0.7 s a step at batch 8 with one thread or two),
-        # so two one-thread processes decode at full speed each, while the update (~25
-        # tokens/s forward + backward) pays for every prompt and completion token; hence
-        # 2 proposals per teacher, one problem per match (4 samples), and shorter caps.
-        # No activation checkpointing (one update took 78 s without, 116 s with, on
-        # cpu-small); lr 5e-5 moved every ΔW by 5.0% in generation 0.
+        # The long CPU run (benchmarks/arms_race.py; docs/results/arms-race-powered has its
+        # power calculation): cpu-small's model, LoRA shape and update (the learning check's
+        # lr 2e-4, 2 optimizer steps a generation), cut to 2 + 2 and one thread so it runs
+        # beside its baseline. 16 proposals per teacher: at the ~50% validity cpu-small
+        # measured (58% in a fresh clone's generation 1), ~8 fresh problems a teacher, 4
+        # samples each, ~64 fresh judged samples a generation (~32 for the baseline, which
+        # gets one teacher's proposals); the first run, at 2 proposals and one problem a
+        # match, judged 4-16 and could tell nothing. Micro-batches of 2: two processes side by
+        # side held ~20 of 24 GB with 4 (no activation checkpointing: 78 s an update
+        # without, 116 s with, on cpu-small).
         "generations": 30,
         "model": {"threads": 1},
-        "inference": {"teacher_max_new_tokens": 128, "student_max_new_tokens": 96},
-        "budget": {"proposals_per_teacher": 2, "problems_per_match": 1},
-        "population": {"teachers": 2, "students": 2, "rank": 8, "alpha": 16.0},
+        "budget": {"proposals_per_teacher": 16, "problems_per_match": 4},
+        "population": {"teachers": 2, "students": 2},
         "evolution": {"every_k": 3},
-        # Micro-batches of 2: the two processes side by side held ~20 of 24 GB with 4.
-        "grpo": {"learning_rate": 5e-5, "gradient_checkpointing": False, "micro_batch_size": 2},
+        "grpo": {"micro_batch_size": 2},
     },
 )
 PRESETS["cpu-tiny-baseline"] = _baseline_of("cpu-tiny")
