@@ -334,5 +334,5 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     for one in out["runs"]:
         console.print(one["table"] + "\n")
     console.print(out["table"])
-    console.print(f"comparison: {out['comparison']}")
+    console.print(f"comparison: {out['comparison']}\npaired comparisons: {out['paired']}")
     return 0

@@ -14,6 +14,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from populora_core.analysis.claims import CLAIM_RULES, claim_verdicts, run_statistics
 from populora_core.analysis.data import (
     RunData,
     complexity_trends,
@@ -118,10 +119,59 @@ def _examples(data: RunData) -> list[str]:
     return parts
 
 
-def summary_markdown(runs: Sequence[RunData], heads: Sequence[dict] | None = None) -> str:
-    """The report's Markdown; ``heads``: the runs' ``headline`` figures, if already computed."""
+def _iv(iv: dict, fmt: str) -> str:
+    return f"{_num(iv['value'], fmt)} [{_num(iv['low'], fmt)}, {_num(iv['high'], fmt)}]"
+
+
+def _claims_section(stats: Sequence[dict], heads: Sequence[dict]) -> list[str]:
+    """The statistics of the paper's claims per run, and each claim's verdict with its rule."""
+    lines = [
+        "## The paper's claims: statistics (95% intervals)",
+        "",
+        "| run | fresh answers a generation: median (min–max) | fresh solve rate: first window → last | "
+        "change (cluster-robust) | ICC, design effect | oscillation χ²/df (p) | AST depth slope/gen | "
+        "Halstead slope/gen | coverage slope/gen | identity or constant: first → last (change) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for st in stats:
+        w, osc, sl = st["fresh_window_change"], st["fresh_oscillation"], st["slopes"]
+        per, triv = st["fresh_per_generation_answers"], st["trivial_change"]["identity_or_constant"]
+        (g0, g1), (h0, h1) = w["first_generations"], w["last_generations"]
+        lines.append(
+            f"| {st['run']} | {per['median']:.0f} ({per['min']}–{per['max']}) | "
+            f"{_pct(w['first']['rate'])} (gens {g0}–{g1}, n={w['first']['n']}) → {_pct(w['last']['rate'])} "
+            f"(gens {h0}–{h1}, n={w['last']['n']}) | {_iv(w['difference'], '+.3f')} | "
+            f"{_num(w['icc'], '.2f')}, {_num(w['design_effect'], '.2f')} | "
+            f"{_num(osc['ratio'], '.2f')} ({_num(osc['p_value'], '.3g')}) | {_iv(sl['ast_depth'], '+.3f')} | "
+            f"{_iv(sl['halstead'], '+.2f')} | {_iv(sl['coverage'], '+.4f')} | "
+            f"{_pct(triv['first']['value'])} → {_pct(triv['last']['value'])} ({_iv(triv['difference'], '+.2f')}) |"
+        )
+    lines.append("")
+    for st, h in zip(stats, heads, strict=True):
+        lag1 = h["fresh_solve_rate_oscillation"]["lag1_autocorr"]
+        for claim, verdict in claim_verdicts(st, lag1).items():
+            lines.append(f"- **{st['run']}: {verdict}.** {CLAIM_RULES[claim]}")
+    return lines
+
+
+def _statistics(runs: Sequence[RunData]) -> list[dict]:
+    """``run_statistics`` of each run; a run without its configuration (a hand-made one)
+    counts as a population."""
+    out = []
+    for data in runs:
+        single = None if data.run.config_file.is_file() else False
+        out.append(run_statistics(data, single_agent=single))
+    return out
+
+
+def summary_markdown(
+    runs: Sequence[RunData], heads: Sequence[dict] | None = None, stats: Sequence[dict] | None = None
+) -> str:
+    """The report's Markdown; ``heads`` and ``stats``: the runs' ``headline`` figures and
+    ``claims.run_statistics``, if already computed."""
     heads = heads if heads is not None else [headline(d) for d in runs]
-    lines = ["# PopuLoRA report", "", *_headline_table(heads), ""]
+    stats = stats if stats is not None else _statistics(runs)
+    lines = ["# PopuLoRA report", "", *_headline_table(heads), "", *_claims_section(stats, heads), ""]
     for data in runs:
         sentences = learning_sentences(data)
         if sentences:
@@ -173,8 +223,8 @@ def _json_safe(value: object) -> object:
 
 
 def write_report(runs: Sequence[RunData], out_dir: Path) -> dict[str, Path]:
-    """Draws every plot, writes ``summary.md``, ``headline.json`` (NaN as null) and a
-    self-contained ``report.html``."""
+    """Draws every plot, writes ``summary.md``, ``headline.json`` and ``statistics.json``
+    (the claims' statistics; NaN as null) and a self-contained ``report.html``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
@@ -185,11 +235,14 @@ def write_report(runs: Sequence[RunData], out_dir: Path) -> dict[str, Path]:
         fig.savefig(written[name], dpi=90)
         plt.close(fig)
     heads = [headline(d) for d in runs]  # each parses every program of the run: once
-    md = summary_markdown(runs, heads)
+    stats = _statistics(runs)
+    md = summary_markdown(runs, heads, stats)
     written["summary"] = out_dir / "summary.md"
     written["summary"].write_text(md)
     written["headline"] = out_dir / "headline.json"
     written["headline"].write_text(json.dumps([_json_safe(h) for h in heads], indent=2))
+    written["statistics"] = out_dir / "statistics.json"
+    written["statistics"].write_text(json.dumps([_json_safe(s) for s in stats], indent=2))
     written["html"] = out_dir / "report.html"
     written["html"].write_text(_html(runs, md, {n: written[n] for n in PLOTS}))
     return written

@@ -22,6 +22,7 @@ import pandas as pd
 from populora_core.artifacts import read_parquet, write_parquet_atomic, write_text_atomic
 from populora_core.evaluation.benchmarks import default_max_new_tokens, load_benchmark
 from populora_core.evaluation.datasets import data_dir as default_data_dir
+from populora_core.evaluation.paired import paired_markdown, paired_table, weakest_verdict
 from populora_core.evaluation.runner import evaluate
 from populora_core.evaluation.tables import (
     comparison,
@@ -89,13 +90,19 @@ def evaluation_table(run: RunDir, generation: int, parts: Sequence[str]) -> dict
 def comparison_table(runs: Sequence[tuple[RunDir, int]]) -> dict:
     """The population-versus-baseline table of several evaluated runs ((run, generation)
     pairs, each with its ``pass_at_1.parquet``), written to ``<first run>/eval/comparison.md``
-    and ``comparison.parquet``."""
-    tables = {}
+    and ``comparison.parquet``; and their paired comparisons item by item (``paired``:
+    differences with paired bootstrap intervals, McNemar p-values, the weakest member's
+    verdict against each baseline) in ``paired.md`` and ``paired.parquet``."""
+    tables, results, single = {}, {}, []
     for run, generation in runs:
         path = run.eval_dir(generation) / "pass_at_1.parquet"
         if not path.is_file():
             raise FileNotFoundError(f"{run.run_id} has no evaluation of generation {generation} ({path})")
-        tables[f"{run.run_id} gen {generation}"] = read_parquet(path).to_pandas()
+        label = f"{run.run_id} gen {generation}"
+        tables[label] = read_parquet(path).to_pandas()
+        results[label] = read_parquet(run.eval_dir(generation) / "results.parquet").to_pandas()
+        if run.config().population.single_agent:
+            single.append(label)
     frame = comparison(tables)
     first = runs[0][0]
     out = first.root / "eval"
@@ -103,4 +110,13 @@ def comparison_table(runs: Sequence[tuple[RunDir, int]]) -> dict:
     title = "pass@1: population versus base model, " + ", ".join(tables)
     markdown = f"# {title}\n\n" + comparison_markdown(frame)
     write_text_atomic(markdown, out / "comparison.md")
-    return {"comparison": str(out / "comparison.md"), "table": markdown}
+    pairs = paired_table(results, single_agent=single)
+    write_parquet_atomic(pairs, out / "paired.parquet")
+    verdicts = [f"- {pair}: {verdict}" for pair, verdict in weakest_verdict(pairs).items()]
+    paired = (
+        f"# Paired comparisons, {', '.join(tables)}\n\n{paired_markdown(pairs)}\n\n"
+        "The weakest member beats the baseline (over all items: its interval above 0 supports, "
+        "below 0 contradicts, else cannot tell):\n\n" + ("\n".join(verdicts) or "- no population and baseline pair")
+    )
+    write_text_atomic(paired, out / "paired.md")
+    return {"comparison": str(out / "comparison.md"), "paired": str(out / "paired.md"), "table": markdown}

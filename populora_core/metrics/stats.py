@@ -8,7 +8,12 @@ its band and read against its noise:
 - ``mean_interval``: mean ± z·s/√n (normal approximation), for rewards;
 - ``paired_bootstrap``: the difference of two pass rates on the same items, with a
   percentile interval from resampling items (Efron & Tibshirani, 1993), which keeps
-  the pairing (the same item is hard for both).
+  the pairing (the same item is hard for both);
+- ``mcnemar_exact``: the exact two-sided McNemar test of two pass rates on the same
+  items (the discordant items under Binomial(n, 1/2));
+- ``cluster_rate``: a proportion over answers grouped in clusters (the G samples of one
+  problem), with the cluster-robust (ratio-estimator) standard error;
+- ``slope_interval``: a least-squares slope with its t interval.
 """
 
 from __future__ import annotations
@@ -74,3 +79,58 @@ def paired_bootstrap(
     means = d[idx].mean(axis=1)
     low, high = np.percentile(means, [2.5, 97.5])
     return Interval(float(d.mean()), float(low), float(high), int(d.size))
+
+
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value from the discordant items: ``only_a`` passed by A
+    alone, ``only_b`` by B alone; under H0 each discordant item is A's with probability 1/2."""
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+@dataclass(frozen=True)
+class ClusterRate:
+    """k/n over answers in clusters: the rate, its cluster-robust standard error, the
+    answers n and the clusters behind it."""
+
+    rate: float
+    se: float
+    n: int
+    clusters: int
+
+
+def cluster_rate(successes: Sequence[int], sizes: Sequence[int]) -> ClusterRate:
+    """Σk/Σn over clusters (k_c successes of n_c answers each) with the ratio estimator's
+    cluster-robust variance C/(C−1) · Σ(k_c − r·n_c)² / (Σn)²: answers of one cluster count
+    once for their shared difficulty. One cluster gives a NaN standard error."""
+    k = np.asarray(successes, dtype=float)
+    n = np.asarray(sizes, dtype=float)
+    total = float(n.sum())
+    if total <= 0:
+        return ClusterRate(float("nan"), float("nan"), 0, 0)
+    rate = float(k.sum()) / total
+    c = k.size
+    se = math.sqrt(c / (c - 1) * float(((k - rate * n) ** 2).sum())) / total if c > 1 else float("nan")
+    return ClusterRate(rate, se, int(total), c)
+
+
+def slope_interval(x: Sequence[float], y: Sequence[float], level: float = 0.95) -> Interval:
+    """The least-squares slope of y on x (NaN points dropped) with its t interval
+    (n − 2 degrees of freedom); fewer than 3 points give a NaN interval."""
+    from scipy import stats
+
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    ok = ~(np.isnan(xs) | np.isnan(ys))
+    xs, ys = xs[ok], ys[ok]
+    if xs.size < 2 or np.ptp(xs) == 0:
+        return Interval(float("nan"), float("nan"), float("nan"), int(xs.size))
+    slope, intercept = np.polyfit(xs, ys, 1)
+    if xs.size < 3:
+        return Interval(float(slope), float("nan"), float("nan"), int(xs.size))
+    residual = ys - (slope * xs + intercept)
+    se = math.sqrt(float((residual**2).sum()) / (xs.size - 2) / float(((xs - xs.mean()) ** 2).sum()))
+    half = float(stats.t.ppf(0.5 + level / 2, xs.size - 2)) * se
+    return Interval(float(slope), float(slope - half), float(slope + half), int(xs.size))

@@ -156,6 +156,10 @@ def test_report_renders_tables_and_code_as_html(data, tmp_path):
     assert "<li>" in page and "X4" in page  # the lineage tree as a list
     headline_json = json.loads(written["headline"].read_text())  # strict JSON: NaN written as null
     assert headline_json[0]["fresh_solve_rate_last"] == 0.0
+    # the claims' statistics: fresh answers only (the top-ups' are not), and the verdict
+    stats = json.loads(written["statistics"].read_text())[0]
+    assert stats["fresh_window_change"]["first"]["n"] == 6 and stats["fresh_per_generation_answers"]["max"] == 2
+    assert "hand-made: cannot tell.** The population's fresh solve rate oscillates" in written["summary"].read_text()
 
 
 def test_learning_curves_carry_their_interval_and_sample_count(data):

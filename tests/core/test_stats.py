@@ -34,3 +34,44 @@ def test_paired_bootstrap_sees_a_gain_that_unpaired_noise_would_hide():
     assert gain.value == pytest.approx(0.1) and gain.low > 0.05
     none = paired_bootstrap(control, control, rng=np.random.default_rng(0))
     assert none.value == none.low == none.high == 0.0
+
+
+def test_mcnemar_exact_counts_only_the_discordant_items():
+    from populora_core.metrics.stats import mcnemar_exact
+
+    # 1 vs 9 discordant: 2 · (C(10,0) + C(10,1)) / 2^10
+    assert mcnemar_exact(1, 9) == pytest.approx(22 / 1024)
+    assert mcnemar_exact(9, 1) == mcnemar_exact(1, 9)
+    assert mcnemar_exact(5, 5) == 1.0 and mcnemar_exact(0, 0) == 1.0
+
+
+def test_cluster_rate_counts_a_problem_once_when_its_answers_agree():
+    from populora_core.metrics.stats import cluster_rate
+
+    # 20 problems of 4 answers: all right or all wrong (perfectly clustered) vs mixed within
+    agree = cluster_rate([4] * 10 + [0] * 10, [4] * 20)
+    mixed = cluster_rate([2] * 20, [4] * 20)
+    binomial = (0.5 * 0.5 / 80) ** 0.5
+    assert agree.rate == mixed.rate == 0.5 and agree.n == 80 and agree.clusters == 20
+    # perfectly clustered: the SE of 20 independent coin flips (design effect 4), not of 80
+    assert agree.se == pytest.approx((20 / 19) ** 0.5 * (0.5 * 0.5 / 20) ** 0.5)
+    assert agree.se > 1.9 * binomial and mixed.se == 0.0
+    assert np.isnan(cluster_rate([1], [4]).se)
+
+
+def test_slope_interval_matches_the_t_interval_of_least_squares():
+    from scipy import stats
+
+    from populora_core.metrics.stats import slope_interval
+
+    rng = np.random.default_rng(3)
+    x = np.arange(30, dtype=float)
+    y = 0.02 * x + rng.normal(0, 0.1, 30)
+    fit = stats.linregress(x, y)
+    half = stats.t.ppf(0.975, 28) * fit.stderr
+    iv = slope_interval(x, y)
+    assert iv.value == pytest.approx(fit.slope) and iv.low == pytest.approx(fit.slope - half)
+    assert iv.low > 0 and iv.n == 30
+    flat = slope_interval(x, rng.normal(0, 0.1, 30))
+    assert flat.low < 0 < flat.high
+    assert np.isnan(slope_interval([0, 1], [0, 1]).low) and np.isnan(slope_interval([1, 1, 1], [0, 1, 2]).value)

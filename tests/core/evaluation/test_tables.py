@@ -4,6 +4,7 @@ member on them, the several-run comparison; the benchmark registry and token cap
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -73,8 +74,11 @@ def test_comparison_shows_the_base_model_once_and_each_runs_population():
 class _Run:
     """What the evaluation stages read of a run directory."""
 
-    def __init__(self, root: Path) -> None:
-        self.root, self.run_id = root, root.name
+    def __init__(self, root: Path, single_agent: bool = False) -> None:
+        self.root, self.run_id, self.single_agent = root, root.name, single_agent
+
+    def config(self) -> SimpleNamespace:
+        return SimpleNamespace(population=SimpleNamespace(single_agent=self.single_agent))
 
     def eval_dir(self, generation: int) -> Path:
         return self.root / "eval" / f"gen_{generation:04d}"
@@ -84,14 +88,19 @@ class _Run:
 
 
 def test_comparison_table_is_written_beside_the_first_run(tmp_path):
-    runs = [_Run(tmp_path / "A"), _Run(tmp_path / "B")]
+    runs = [_Run(tmp_path / "A"), _Run(tmp_path / "B", single_agent=True)]
     for run, scores in zip(runs, (SCORES, {"c": SCORES["a"]}), strict=True):
         run.eval_dir(2).mkdir(parents=True)
         pass_at_1(_results(scores)).to_parquet(run.eval_dir(2) / "pass_at_1.parquet")
+        _results(scores).to_parquet(run.eval_dir(2) / "results.parquet")
     out = stages.comparison_table([(runs[0], 2), (runs[1], 2)])
     written = (tmp_path / "A" / "eval" / "comparison.md").read_text()
     assert out["table"] == written and "| B gen 2: weakest member |" in written and written.count("| base model |") == 1
     assert len(pd.read_parquet(tmp_path / "A" / "eval" / "comparison.parquet")) == 5
+    # item by item: A's weakest member (b) against B's single adapter, the baseline
+    paired = (tmp_path / "A" / "eval" / "paired.md").read_text()
+    assert out["paired"] == str(tmp_path / "A" / "eval" / "paired.md")
+    assert "- A gen 2: weakest member vs B gen 2: c: cannot tell" in paired
     with pytest.raises(FileNotFoundError, match="no evaluation of generation 3"):
         stages.comparison_table([(runs[0], 3)])
 

@@ -1,0 +1,244 @@
+"""The statistics that can support or contradict the paper's claims about a run, each with
+its interval, from the run's artifacts alone.
+
+- The fresh solve rate of a window of generations, with a cluster-robust standard error:
+  a problem's G answers share its difficulty, so problems are the clusters
+  (``metrics.stats.cluster_rate``). The intra-problem correlation (ICC) and the design
+  effect say how much the clustering costs against the binomial count.
+- The change between the first and the last window (default 5 generations each).
+- Oscillation beyond sampling noise: the fresh solve rate's departures from its linear
+  trend, each over its generation's cluster-robust variance, summed (χ² with G − 2
+  degrees of freedom). Sampling noise alone gives p ≈ uniform; an arms race that swings
+  the rate gives a small p.
+- Slopes per generation, with t intervals: mean complexity of the valid fresh programs
+  and the calibrated CVT coverage of each generation.
+- The trivial-program share (identity or constant functions; shallow, AST depth ≤ 6) of
+  the first and the last window.
+
+``claim_verdicts`` reads the first two claims from these (the third, held-out, is
+``evaluation.paired``'s): *supports*, *contradicts* or *cannot tell*, by the rules
+written in ``CLAIM_RULES``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+
+import numpy as np
+import pandas as pd
+
+from populora_core.analysis.data import RunData, calibrated_coverage
+from populora_core.metrics.dynamics import TRIVIAL_DEPTH, program_kind
+from populora_core.metrics.stats import Z95, Interval, cluster_rate, slope_interval, wilson
+
+WINDOW = 5
+"""Generations per window of ``window_change``."""
+COMPLEXITY = ("ast_depth", "cyclomatic", "loc", "halstead")
+
+
+def fresh_answers(data: RunData) -> pd.DataFrame:
+    """Every answer to a fresh valid problem: (generation, teacher_id, problem_id, correct)."""
+    p = data["problems"]
+    fresh = p.loc[(p["source"] == "fresh") & p["valid"], ["generation", "teacher_id", "problem_id"]]
+    keys = ["generation", "teacher_id", "problem_id"]
+    v = data["verdicts"].merge(fresh.drop_duplicates(), on=keys, how="inner")
+    return v.assign(correct=v["status"] == "correct")[[*keys, "correct"]]
+
+
+def _clusters(answers: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    grouped = answers.groupby(["generation", "teacher_id", "problem_id"])["correct"].agg(["sum", "size"])
+    return grouped["sum"].to_numpy(dtype=int), grouped["size"].to_numpy(dtype=int)
+
+
+def problem_icc(answers: pd.DataFrame) -> float:
+    """ANOVA estimate of the intra-problem correlation of correctness (unequal cluster sizes;
+    Donner, 1986); NaN with fewer than two problems or no variance."""
+    k, n = _clusters(answers)
+    c, total = k.size, int(n.sum())
+    if c < 2 or total <= c:
+        return float("nan")
+    p_c, p = k / n, k.sum() / total
+    msb = float((n * (p_c - p) ** 2).sum()) / (c - 1)
+    msw = float((n * p_c * (1 - p_c)).sum()) / (total - c)
+    n0 = (total - float((n**2).sum()) / total) / (c - 1)
+    denom = msb + (n0 - 1) * msw
+    return (msb - msw) / denom if denom > 0 else float("nan")
+
+
+def window_rate(answers: pd.DataFrame, generations: list[int]) -> dict[str, float]:
+    """The fresh solve rate over ``generations``: rate, cluster-robust and binomial standard
+    errors, answers and problems."""
+    part = answers[answers["generation"].isin(generations)]
+    r = cluster_rate(*_clusters(part))
+    binomial = math.sqrt(r.rate * (1 - r.rate) / r.n) if r.n else float("nan")
+    return {"rate": r.rate, "se": r.se, "binomial_se": binomial, "n": r.n, "problems": r.clusters}
+
+
+def window_change(data: RunData, window: int = WINDOW) -> dict:
+    """The fresh solve rate of the first and the last ``window`` generations and their
+    difference (last − first) with its 95% interval from the cluster-robust standard errors."""
+    gens = data.generations
+    answers = fresh_answers(data)
+    first, last = gens[:window], gens[-window:]
+    a, b = window_rate(answers, first), window_rate(answers, last)
+    diff = b["rate"] - a["rate"]
+    se = math.sqrt(a["se"] ** 2 + b["se"] ** 2)
+    binomial_se = math.sqrt(a["binomial_se"] ** 2 + b["binomial_se"] ** 2)
+    icc = problem_icc(answers)
+    return {
+        "window": window,
+        "first_generations": [first[0], first[-1]],
+        "last_generations": [last[0], last[-1]],
+        "first": a,
+        "last": b,
+        "difference": asdict(Interval(diff, diff - Z95 * se, diff + Z95 * se, a["n"] + b["n"])),
+        "difference_binomial_se": binomial_se,
+        "icc": icc,
+        "design_effect": (se / binomial_se) ** 2 if binomial_se > 0 else float("nan"),
+        "overlap": len(set(first) & set(last)),
+    }
+
+
+def per_generation_rates(data: RunData) -> pd.DataFrame:
+    """Per generation: the fresh solve rate with its cluster-robust standard error and the
+    answers and problems behind it."""
+    answers = fresh_answers(data)
+    rows = []
+    for g in data.generations:
+        r = cluster_rate(*_clusters(answers[answers["generation"] == g]))
+        rows.append({"generation": g, "rate": r.rate, "se": r.se, "n": r.n, "problems": r.clusters})
+    return pd.DataFrame(rows, columns=["generation", "rate", "se", "n", "problems"])
+
+
+def oscillation_test(rates: pd.DataFrame) -> dict[str, float]:
+    """χ² of the per-generation rates around their least-squares line, each departure over
+    its generation's variance: the cluster-robust one, floored at the binomial variance at
+    the pooled rate (a generation whose problems all scored alike still has sampling noise).
+    Generations without fresh answers are skipped. Returns χ², degrees of freedom, p-value
+    and the ratio χ²/df (≈ 1 for sampling noise alone)."""
+    from scipy import stats
+
+    r = rates.dropna(subset=["rate"])
+    r = r[r["n"] > 0]
+    nan = {"chi2": float("nan"), "df": 0, "p_value": float("nan"), "ratio": float("nan")}
+    if len(r) < 4:
+        return nan
+    pooled = float((r["rate"] * r["n"]).sum() / r["n"].sum())
+    floor = pooled * (1 - pooled) / r["n"]
+    var = np.maximum(r["se"].fillna(0).to_numpy() ** 2, floor.to_numpy())
+    if not (var > 0).all():
+        return nan
+    x, y = r["generation"].to_numpy(dtype=float), r["rate"].to_numpy(dtype=float)
+    residual = y - np.polyval(np.polyfit(x, y, 1), x)
+    chi2, df = float((residual**2 / var).sum()), len(r) - 2
+    return {"chi2": chi2, "df": df, "p_value": float(stats.chi2.sf(chi2, df)), "ratio": chi2 / df}
+
+
+def slopes(data: RunData) -> dict[str, dict]:
+    """Per-generation slopes with 95% t intervals: mean complexity of the valid fresh
+    programs (each metric) and the calibrated CVT coverage of each generation's programs."""
+    p = data["problems"]
+    valid = p[(p["source"] == "fresh") & p["valid"]]
+    out = {}
+    for metric in COMPLEXITY:
+        means = valid.groupby("generation")[metric].mean()
+        out[metric] = asdict(slope_interval(means.index, means.to_numpy()))
+    cov = calibrated_coverage(data)
+    out["coverage"] = asdict(slope_interval(cov["generation"], cov["coverage"]))
+    return out
+
+
+def _trivial_flags(programs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    kinds = [program_kind(s) for s in programs["program"]]
+    trivial = np.array([k in ("identity", "constant") for k in kinds], dtype=bool)
+    shallow = programs["ast_depth"].to_numpy(dtype=float) <= TRIVIAL_DEPTH
+    return trivial, shallow
+
+
+def trivial_change(data: RunData, window: int = WINDOW) -> dict[str, dict]:
+    """Shares of identity-or-constant and of shallow programs among the valid fresh programs
+    of the first and the last window (Wilson intervals), and last − first with a normal
+    95% interval."""
+    p = data["problems"]
+    valid = p[(p["source"] == "fresh") & p["valid"]]
+    gens = data.generations
+    out = {}
+    parts = [valid[valid["generation"].isin(gens[:window])], valid[valid["generation"].isin(gens[-window:])]]
+    flags = [_trivial_flags(part) for part in parts]
+    for i, name in enumerate(("identity_or_constant", "shallow")):
+        a, b = (wilson(int(f[i].sum()), int(f[i].size)) for f in flags)
+        se = math.sqrt(sum(x.value * (1 - x.value) / x.n for x in (a, b) if x.n)) if a.n and b.n else float("nan")
+        d = b.value - a.value
+        out[name] = {
+            "first": asdict(a),
+            "last": asdict(b),
+            "difference": asdict(Interval(d, d - Z95 * se, d + Z95 * se, a.n + b.n)),
+        }
+    return out
+
+
+def run_statistics(data: RunData, window: int = WINDOW, single_agent: bool | None = None) -> dict:
+    """Every statistic above for one run (JSON-ready: intervals as dicts). ``single_agent``:
+    whether the run is a single-agent baseline (default: its configuration says)."""
+    rates = per_generation_rates(data)
+    if single_agent is None:
+        single_agent = data.run.config().population.single_agent
+    return {
+        "run": data.label,
+        "single_agent": bool(single_agent),
+        "generations": len(data.generations),
+        "fresh_window_change": window_change(data, window),
+        "fresh_oscillation": oscillation_test(rates),
+        "fresh_per_generation_answers": {
+            "median": float(rates["n"].median()),
+            "min": int(rates["n"].min()),
+            "max": int(rates["n"].max()),
+        },
+        "slopes": slopes(data),
+        "trivial_change": trivial_change(data, window),
+    }
+
+
+CLAIM_RULES: dict[str, str] = {
+    "collapse": "The single agent's fresh solve rate climbs while its programs simplify. Supports: the "
+    "last-minus-first window change of the fresh solve rate has its 95% interval above 0, and the "
+    "identity-or-constant share's change has its interval above 0 or the AST-depth slope its interval "
+    "below 0. Contradicts: the solve-rate change's interval is below 0, or the AST-depth slope's is above 0 "
+    "while the trivial share's change is not above 0. Otherwise: cannot tell.",
+    "arms_race": "The population's fresh solve rate oscillates while complexity and coverage grow. Supports: "
+    "the oscillation test's p < 0.05 with a negative lag-1 autocorrelation, and the AST-depth and coverage "
+    "slopes both have their intervals above 0. Contradicts: the AST-depth or the coverage slope has its "
+    "interval below 0. Otherwise: cannot tell.",
+}
+"""How ``claim_verdicts`` reads each claim (stated in the report beside the verdict)."""
+
+
+def _above(iv: dict) -> bool:
+    return iv["low"] > 0
+
+
+def _below(iv: dict) -> bool:
+    return iv["high"] < 0
+
+
+def claim_verdicts(stats: dict, lag1: float = float("nan")) -> dict[str, str]:
+    """The claim this run speaks to (``collapse`` for a single agent, ``arms_race`` for a
+    population) → "supports", "contradicts" or "cannot tell", by ``CLAIM_RULES``.
+    ``lag1``: the fresh solve rate's lag-1 autocorrelation (``metrics.dynamics.oscillation``)."""
+    depth = stats["slopes"]["ast_depth"]
+    if stats["single_agent"]:
+        change = stats["fresh_window_change"]["difference"]
+        trivial = stats["trivial_change"]["identity_or_constant"]["difference"]
+        if _above(change) and (_above(trivial) or _below(depth)):
+            return {"collapse": "supports"}
+        if _below(change) or (_above(depth) and not _above(trivial)):
+            return {"collapse": "contradicts"}
+        return {"collapse": "cannot tell"}
+    coverage = stats["slopes"]["coverage"]
+    if _below(depth) or _below(coverage):
+        return {"arms_race": "contradicts"}
+    oscillates = stats["fresh_oscillation"]["p_value"] < 0.05 and lag1 < 0
+    if oscillates and _above(depth) and _above(coverage):
+        return {"arms_race": "supports"}
+    return {"arms_race": "cannot tell"}

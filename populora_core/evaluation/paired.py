@@ -1,0 +1,127 @@
+"""Paired comparisons of held-out pass@1: two models on the same items, so an item hard for
+both counts for neither. Each comparison gives the difference of pass@1 with a paired
+bootstrap 95% interval (items resampled) and, for two single models, the exact McNemar
+p-value of the discordant items; per benchmark and over every item of the benchmarks
+together.
+
+The models of several evaluated runs: the base model (once), every adapter, and for a
+population its weakest member (the lowest pass@1 over all items; the paper's claim is
+that even it beats the baseline) and its mean (per item, the share of members that
+passed). Pairs: each model against the base model, and each population's weakest member
+and mean against each single-agent run's adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from populora_core.inference.base import BASE
+from populora_core.metrics.stats import mcnemar_exact, paired_bootstrap
+
+ALL = "all items"
+COLUMNS = ["a", "b", "benchmark", "n", "pass_a", "pass_b", "difference", "low", "high", "only_a", "only_b", "p_value"]
+
+
+def item_scores(results: pd.DataFrame) -> pd.DataFrame:
+    """One column per adapter, one row per (benchmark, item_id): 1.0 passed, 0.0 not."""
+    return results.pivot_table(
+        index=["benchmark", "item_id"], columns="adapter_id", values="correct", aggfunc="first"
+    ).astype(float)
+
+
+def run_models(label: str, results: pd.DataFrame, with_base: bool) -> dict[str, pd.Series]:
+    """The models of one run's ``results``: its adapters as ``<label>: <adapter>``, and with
+    more than one, ``<label>: weakest member`` and ``<label>: population mean``; the base
+    model as ``base model`` when ``with_base`` and the run evaluated it."""
+    scores = item_scores(results)
+    members = [c for c in scores.columns if c != BASE]
+    models = {"base model": scores[BASE]} if with_base and BASE in scores.columns else {}
+    models |= {f"{label}: {m}": scores[m] for m in members}
+    if len(members) > 1:
+        pooled = scores[members].mean()
+        weakest = min(members, key=lambda m: (pooled[m], m))
+        models[f"{label}: weakest member"] = scores[weakest].rename(weakest)
+        models[f"{label}: population mean"] = scores[members].mean(axis=1)
+    return models
+
+
+def compare(a: pd.Series, b: pd.Series, *, seed: int = 0) -> list[dict]:
+    """``a`` against ``b`` on the items both have: per benchmark, then over all items."""
+    joined = pd.concat([a.rename("a"), b.rename("b")], axis=1, join="inner").dropna()
+    parts = [(bench, part) for bench, part in joined.groupby(level="benchmark")]
+    if len(parts) > 1:
+        parts.append((ALL, joined))
+    rows = []
+    for bench, part in parts:
+        x, y = part["a"].to_numpy(), part["b"].to_numpy()
+        iv = paired_bootstrap(x, y, rng=np.random.default_rng(seed))
+        binary = bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
+        only_a, only_b = int(((x == 1) & (y == 0)).sum()), int(((x == 0) & (y == 1)).sum())
+        rows.append(
+            {
+                "benchmark": bench,
+                "n": len(part),
+                "pass_a": float(x.mean()),
+                "pass_b": float(y.mean()),
+                "difference": iv.value,
+                "low": iv.low,
+                "high": iv.high,
+                "only_a": only_a if binary else None,
+                "only_b": only_b if binary else None,
+                "p_value": mcnemar_exact(only_a, only_b) if binary else float("nan"),
+            }
+        )
+    return rows
+
+
+def paired_table(runs: Mapping[str, pd.DataFrame], single_agent: Sequence[str] = (), seed: int = 0) -> pd.DataFrame:
+    """Every comparison of the module's pairs over ``runs`` (label → its ``results``; the
+    first run's base model is the base). ``single_agent``: the labels of the baseline runs."""
+    models: dict[str, pd.Series] = {}
+    for k, (label, results) in enumerate(runs.items()):
+        models |= run_models(label, results, with_base=k == 0)
+    pairs = [(name, "base model") for name in models if name != "base model" and "base model" in models]
+    for pop in (label for label in runs if label not in single_agent):
+        for single in single_agent:
+            adapters = [n for n in models if n.startswith(f"{single}: ")]
+            for ours in (f"{pop}: weakest member", f"{pop}: population mean"):
+                if ours in models:
+                    pairs += [(ours, theirs) for theirs in adapters]
+    rows = [{"a": a, "b": b, **row} for a, b in pairs for row in compare(models[a], models[b], seed=seed)]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _fmt(value: object, spec: str) -> str:
+    return "–" if value is None or value != value else format(value, spec)
+
+
+def paired_markdown(table: pd.DataFrame) -> str:
+    """The comparisons as a Markdown table."""
+    lines = [
+        "| A | B | benchmark | items | pass@1 A | pass@1 B | A − B [95% paired bootstrap] | only A / only B | "
+        "McNemar p |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table.itertuples(index=False):
+        discordant = "–" if r.only_a is None or r.only_a != r.only_a else f"{int(r.only_a)} / {int(r.only_b)}"
+        lines.append(
+            f"| {r.a} | {r.b} | {r.benchmark} | {r.n} | {r.pass_a:.3f} | {r.pass_b:.3f} | "
+            f"{r.difference:+.3f} [{r.low:+.3f}, {r.high:+.3f}] | {discordant} | {_fmt(r.p_value, '.3g')} |"
+        )
+    return "\n".join(lines)
+
+
+def weakest_verdict(table: pd.DataFrame) -> dict[str, str]:
+    """The held-out claim per (population, baseline) pair, read from the weakest member's
+    comparison over all items: "supports" when its interval is above 0, "contradicts"
+    when below, else "cannot tell"."""
+    out = {}
+    weakest = table[table["a"].str.endswith(": weakest member") & (table["b"] != "base model")]
+    for (a, b), part in weakest.groupby(["a", "b"], sort=False):
+        row = part[part["benchmark"] == ALL] if (part["benchmark"] == ALL).any() else part
+        low, high = float(row["low"].iloc[0]), float(row["high"].iloc[0])
+        out[f"{a} vs {b}"] = "supports" if low > 0 else "contradicts" if high < 0 else "cannot tell"
+    return out

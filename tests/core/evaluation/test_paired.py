@@ -1,0 +1,63 @@
+"""Paired held-out comparisons: the same items for both models, the discordant items in the
+McNemar test, the weakest member chosen over all items, and the verdict of the claim."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from populora_core.evaluation.paired import ALL, compare, paired_table, run_models, weakest_verdict
+
+
+def _results(passed: dict[str, dict[str, list[int]]]) -> pd.DataFrame:
+    """passed[adapter][benchmark]: 1/0 per item."""
+    return pd.DataFrame(
+        [
+            {"benchmark": bench, "item_id": f"{bench}/{i}", "adapter_id": adapter, "correct": bool(ok)}
+            for adapter, per in passed.items()
+            for bench, items in per.items()
+            for i, ok in enumerate(items)
+        ]
+    )
+
+
+def test_a_gain_on_the_same_items_is_seen_through_the_pairing():
+    rng = np.random.default_rng(0)
+    base = (rng.random(200) < 0.5).astype(int)
+    ours = base.copy()
+    ours[np.flatnonzero(base == 0)[:20]] = 1  # 20 more items passed, none lost
+    res = _results({"__base__": {"humanevalplus": list(base)}, "m": {"humanevalplus": list(ours)}})
+    models = run_models("R", res, with_base=True)
+    [row] = compare(models["R: m"], models["base model"])
+    assert row["n"] == 200 and row["difference"] == pytest.approx(0.1) and row["low"] > 0.05
+    assert (row["only_a"], row["only_b"]) == (20, 0) and row["p_value"] == pytest.approx(2 / 2**20)
+
+
+def test_the_weakest_member_is_the_lowest_over_all_items_and_is_judged_against_the_baseline():
+    pop = _results(
+        {
+            "__base__": {"humanevalplus": [1, 0, 0, 0], "mbppplus": [1, 0, 0, 0]},
+            "a": {"humanevalplus": [1, 1, 1, 1], "mbppplus": [1, 1, 1, 0]},
+            "b": {"humanevalplus": [1, 1, 1, 1], "mbppplus": [1, 1, 0, 0]},  # weakest over all items
+        }
+    )
+    baseline = _results({"s": {"humanevalplus": [0, 0, 0, 0], "mbppplus": [0, 0, 0, 0]}})
+    models = run_models("P", pop, with_base=True)
+    assert models["P: weakest member"].name == "b"
+    assert models["P: population mean"].tolist() == [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.0]
+    table = paired_table({"P": pop, "S": baseline}, single_agent=["S"])
+    pairs = set(zip(table["a"], table["b"], strict=True))
+    assert ("P: weakest member", "S: s") in pairs and ("P: population mean", "S: s") in pairs
+    assert ("S: s", "base model") in pairs and ("P: a", "base model") in pairs
+    weakest = table[(table["a"] == "P: weakest member") & (table["b"] == "S: s")].set_index("benchmark")
+    assert list(weakest.index) == ["humanevalplus", "mbppplus", ALL]
+    assert weakest.loc[ALL, "difference"] == 0.75 and weakest.loc[ALL, "only_a"] == 6
+    mean = table[(table["a"] == "P: population mean") & (table["benchmark"] == "mbppplus")]
+    assert mean["b"].tolist() == ["base model", "S: s"] and mean["p_value"].isna().all()  # shares: no McNemar
+    assert weakest_verdict(table) == {"P: weakest member vs S: s": "supports"}
+    # the baseline better on every item: contradicts
+    strong = _results({"s": {"humanevalplus": [1] * 4, "mbppplus": [1] * 4}})
+    worse = paired_table({"P": pop, "S": strong}, single_agent=["S"])
+    assert weakest_verdict(worse) == {"P: weakest member vs S: s": "cannot tell"}  # 2 discordant items of 8
+    assert weakest_verdict(paired_table({"P": pop}, single_agent=[])) == {}
