@@ -154,6 +154,20 @@ def _claims_section(stats: Sequence[dict], heads: Sequence[dict]) -> list[str]:
     return lines
 
 
+def _evaluation_section(runs: Sequence[RunData]) -> list[str]:
+    """The held-out comparison and its paired tests (``populora evaluate`` of several runs
+    writes them under the first run's ``eval/``), from whichever run has them."""
+    for data in runs:
+        found = [data.run.root / "eval" / name for name in ("comparison.md", "paired.md")]
+        if all(path.is_file() for path in found):
+            lines = ["## Held-out evaluation", ""]
+            for path in found:
+                text = path.read_text().split("\n", 1)
+                lines += [f"**{text[0].lstrip('# ')}**", "", text[1].strip(), ""]
+            return lines
+    return []
+
+
 def _statistics(runs: Sequence[RunData]) -> list[dict]:
     """``run_statistics`` of each run; a run without its configuration (a hand-made one)
     counts as a population."""
@@ -172,6 +186,7 @@ def summary_markdown(
     heads = heads if heads is not None else [headline(d) for d in runs]
     stats = stats if stats is not None else _statistics(runs)
     lines = ["# PopuLoRA report", "", *_headline_table(heads), "", *_claims_section(stats, heads), ""]
+    lines += _evaluation_section(runs)
     for data in runs:
         sentences = learning_sentences(data)
         if sentences:

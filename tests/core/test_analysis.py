@@ -160,6 +160,16 @@ def test_report_renders_tables_and_code_as_html(data, tmp_path):
     stats = json.loads(written["statistics"].read_text())[0]
     assert stats["fresh_window_change"]["first"]["n"] == 6 and stats["fresh_per_generation_answers"]["max"] == 2
     assert "hand-made: cannot tell.** The population's fresh solve rate oscillates" in written["summary"].read_text()
+    assert "Held-out evaluation" not in written["summary"].read_text()  # none yet
+
+
+def test_the_report_carries_the_held_out_comparison_when_the_run_has_one(data, tmp_path):
+    (data.run.root / "eval").mkdir(parents=True)
+    (data.run.root / "eval" / "comparison.md").write_text("# pass@1: population versus base model\n\n| model |")
+    (data.run.root / "eval" / "paired.md").write_text("# Paired comparisons\n\n| A | B |\n\n- P vs S: supports")
+    summary = write_report([data], tmp_path / "report")["summary"].read_text()
+    section = summary[summary.index("## Held-out evaluation") :]
+    assert "**Paired comparisons**" in section and "- P vs S: supports" in section
 
 
 def test_learning_curves_carry_their_interval_and_sample_count(data):
