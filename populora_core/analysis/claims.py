@@ -6,12 +6,14 @@ its interval, from the run's artifacts alone.
   (``metrics.stats.cluster_rate``). The intra-problem correlation (ICC) and the design
   effect say how much the clustering costs against the binomial count.
 - The change between the first and the last window (default 5 generations each).
-- Oscillation beyond sampling noise: the fresh solve rate's departures from its linear
-  trend, each over its generation's cluster-robust variance, summed (χ² with G − 2
-  degrees of freedom). Sampling noise alone gives p ≈ uniform; an arms race that swings
-  the rate gives a small p.
-- Slopes per generation, with t intervals: mean complexity of the valid fresh programs
-  and the calibrated CVT coverage of each generation.
+- Oscillation beyond sampling noise: the fresh solve rate's departures from its trend,
+  each over the variance sampling alone gives it (binomial at the trend times the run's
+  design effect), summed: χ² with G − 2 degrees of freedom. A constant rate is rejected
+  at about the nominal 5% (``tests/core/test_claims.py`` simulates it); an arms race that
+  swings the rate gives a small p.
+- Slopes per generation, with t intervals widened for autocorrelated residuals: mean
+  complexity of the valid fresh programs and the calibrated CVT coverage of each
+  generation.
 - The trivial-program share (identity or constant functions; shallow, AST depth ≤ 6) of
   the first and the last window.
 
@@ -30,7 +32,7 @@ import pandas as pd
 
 from populora_core.analysis.data import RunData, calibrated_coverage
 from populora_core.metrics.dynamics import TRIVIAL_DEPTH, program_kind
-from populora_core.metrics.stats import Z95, Interval, cluster_rate, slope_interval, wilson
+from populora_core.metrics.stats import Z95, Interval, cluster_rate, newcombe_difference, slope_interval, wilson
 
 WINDOW = 5
 """Generations per window of ``window_change``."""
@@ -46,46 +48,63 @@ def fresh_answers(data: RunData) -> pd.DataFrame:
     return v.assign(correct=v["status"] == "correct")[[*keys, "correct"]]
 
 
-def _clusters(answers: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    grouped = answers.groupby(["generation", "teacher_id", "problem_id"])["correct"].agg(["sum", "size"])
-    return grouped["sum"].to_numpy(dtype=int), grouped["size"].to_numpy(dtype=int)
+def _clusters(answers: pd.DataFrame) -> pd.DataFrame:
+    """One row per problem: its generation, correct answers ``k`` and answers ``n``."""
+    grouped = answers.groupby(["generation", "teacher_id", "problem_id"])["correct"].agg(k="sum", n="size")
+    return grouped.reset_index()[["generation", "k", "n"]]
+
+
+def _rate(clusters: pd.DataFrame) -> dict[str, float]:
+    """The rate of ``clusters`` with its cluster-robust standard error floored at the
+    binomial one (an estimated design effect below 1 is noise), answers and problems."""
+    r = cluster_rate(clusters["k"], clusters["n"])
+    binomial = math.sqrt(r.rate * (1 - r.rate) / r.n) if r.n else float("nan")
+    se = max(r.se, binomial) if r.se == r.se else binomial
+    return {"rate": r.rate, "se": se, "binomial_se": binomial, "n": r.n, "problems": r.clusters}
 
 
 def problem_icc(answers: pd.DataFrame) -> float:
     """ANOVA estimate of the intra-problem correlation of correctness (unequal cluster sizes;
-    Donner, 1986); NaN with fewer than two problems or no variance."""
-    k, n = _clusters(answers)
-    c, total = k.size, int(n.sum())
-    if c < 2 or total <= c:
+    Donner, 1986), problems compared with their own generation's rate (a rate that moves
+    across generations is not counted as agreement within problems); NaN with no
+    between-problem degrees of freedom or no variance."""
+    c = _clusters(answers)
+    problems, total, gens = len(c), int(c["n"].sum()), c["generation"].nunique()
+    if problems - gens < 1 or total <= problems:
         return float("nan")
-    p_c, p = k / n, k.sum() / total
-    msb = float((n * (p_c - p) ** 2).sum()) / (c - 1)
-    msw = float((n * p_c * (1 - p_c)).sum()) / (total - c)
-    n0 = (total - float((n**2).sum()) / total) / (c - 1)
+    n, p_c = c["n"].to_numpy(dtype=float), (c["k"] / c["n"]).to_numpy()
+    per_gen = c.groupby("generation")[["k", "n"]].transform("sum")
+    p_g, n_g = (per_gen["k"] / per_gen["n"]).to_numpy(), per_gen["n"].to_numpy(dtype=float)
+    msb = float((n * (p_c - p_g) ** 2).sum()) / (problems - gens)
+    msw = float((n * p_c * (1 - p_c)).sum()) / (total - problems)
+    n0 = (total - float((n**2 / n_g).sum())) / (problems - gens)
     denom = msb + (n0 - 1) * msw
     return (msb - msw) / denom if denom > 0 else float("nan")
 
 
 def window_rate(answers: pd.DataFrame, generations: list[int]) -> dict[str, float]:
-    """The fresh solve rate over ``generations``: rate, cluster-robust and binomial standard
-    errors, answers and problems."""
-    part = answers[answers["generation"].isin(generations)]
-    r = cluster_rate(*_clusters(part))
-    binomial = math.sqrt(r.rate * (1 - r.rate) / r.n) if r.n else float("nan")
-    return {"rate": r.rate, "se": r.se, "binomial_se": binomial, "n": r.n, "problems": r.clusters}
+    """The fresh solve rate over ``generations``: rate, standard errors (cluster-robust,
+    floored at the binomial, and the binomial), answers and problems."""
+    return _rate(_clusters(answers[answers["generation"].isin(generations)]))
 
 
 def window_change(data: RunData, window: int = WINDOW) -> dict:
     """The fresh solve rate of the first and the last ``window`` generations and their
-    difference (last − first) with its 95% interval from the cluster-robust standard errors."""
+    difference (last − first) with its 95% interval from the windows' standard errors. A run
+    shorter than two windows gets two halves (``window`` says the length used); one
+    generation gives NaN."""
     gens = data.generations
+    window = min(window, len(gens) // 2)
     answers = fresh_answers(data)
-    first, last = gens[:window], gens[-window:]
-    a, b = window_rate(answers, first), window_rate(answers, last)
+    if window < 1:
+        a = b = {"rate": float("nan"), "se": float("nan"), "binomial_se": float("nan"), "n": 0, "problems": 0}
+        first = last = gens[:1]
+    else:
+        first, last = gens[:window], gens[-window:]
+        a, b = window_rate(answers, first), window_rate(answers, last)
     diff = b["rate"] - a["rate"]
     se = math.sqrt(a["se"] ** 2 + b["se"] ** 2)
     binomial_se = math.sqrt(a["binomial_se"] ** 2 + b["binomial_se"] ** 2)
-    icc = problem_icc(answers)
     return {
         "window": window,
         "first_generations": [first[0], first[-1]],
@@ -94,45 +113,54 @@ def window_change(data: RunData, window: int = WINDOW) -> dict:
         "last": b,
         "difference": asdict(Interval(diff, diff - Z95 * se, diff + Z95 * se, a["n"] + b["n"])),
         "difference_binomial_se": binomial_se,
-        "icc": icc,
+        "icc": problem_icc(answers),
         "design_effect": (se / binomial_se) ** 2 if binomial_se > 0 else float("nan"),
-        "overlap": len(set(first) & set(last)),
     }
 
 
 def per_generation_rates(data: RunData) -> pd.DataFrame:
-    """Per generation: the fresh solve rate with its cluster-robust standard error and the
-    answers and problems behind it."""
+    """Per generation: the fresh solve rate with its cluster-robust standard error (NaN with
+    fewer than two problems) and the answers and problems behind it."""
     answers = fresh_answers(data)
     rows = []
     for g in data.generations:
-        r = cluster_rate(*_clusters(answers[answers["generation"] == g]))
+        c = _clusters(answers[answers["generation"] == g])
+        r = cluster_rate(c["k"], c["n"])
         rows.append({"generation": g, "rate": r.rate, "se": r.se, "n": r.n, "problems": r.clusters})
     return pd.DataFrame(rows, columns=["generation", "rate", "se", "n", "problems"])
 
 
 def oscillation_test(rates: pd.DataFrame) -> dict[str, float]:
-    """χ² of the per-generation rates around their least-squares line, each departure over
-    its generation's variance: the cluster-robust one, floored at the binomial variance at
-    the pooled rate (a generation whose problems all scored alike still has sampling noise).
-    Generations without fresh answers are skipped. Returns χ², degrees of freedom, p-value
-    and the ratio χ²/df (≈ 1 for sampling noise alone)."""
+    """χ² of the per-generation rates around their trend, over what sampling alone gives.
+
+    The trend is a weighted least-squares line (weights √n). Each generation's variance is
+    the binomial one at the trend, p(1 − p)/n, times one design effect for the whole run:
+    Σ cluster-robust variances / Σ binomial variances over the generations, at least 1.
+    (Each generation's own cluster-robust variance, from its few problems, is too noisy to
+    divide by: the test then rejects a constant rate 20–30% of the time.) Generations
+    without fresh answers are skipped. Returns χ², degrees of freedom (G − 2), p-value,
+    the ratio χ²/df (about 1 for sampling noise) and the design effect used."""
     from scipy import stats
 
     r = rates.dropna(subset=["rate"])
     r = r[r["n"] > 0]
-    nan = {"chi2": float("nan"), "df": 0, "p_value": float("nan"), "ratio": float("nan")}
+    nan = {"chi2": float("nan"), "df": 0, "p_value": float("nan"), "ratio": float("nan"), "design_effect": float("nan")}
     if len(r) < 4:
         return nan
-    pooled = float((r["rate"] * r["n"]).sum() / r["n"].sum())
-    floor = pooled * (1 - pooled) / r["n"]
-    var = np.maximum(r["se"].fillna(0).to_numpy() ** 2, floor.to_numpy())
-    if not (var > 0).all():
-        return nan
-    x, y = r["generation"].to_numpy(dtype=float), r["rate"].to_numpy(dtype=float)
-    residual = y - np.polyval(np.polyfit(x, y, 1), x)
-    chi2, df = float((residual**2 / var).sum()), len(r) - 2
-    return {"chi2": chi2, "df": df, "p_value": float(stats.chi2.sf(chi2, df)), "ratio": chi2 / df}
+    x, y, n = (r[c].to_numpy(dtype=float) for c in ("generation", "rate", "n"))
+    trend = np.polyval(np.polyfit(x, y, 1, w=np.sqrt(n)), x)
+    p = np.clip(trend, 0.5 / n, 1 - 0.5 / n)
+    binomial = y * (1 - y) / n
+    clustered = r["se"].fillna(0).to_numpy() ** 2
+    deff = max(1.0, float(clustered.sum() / binomial.sum())) if binomial.sum() > 0 else 1.0
+    chi2, df = float(((y - trend) ** 2 / (deff * p * (1 - p) / n)).sum()), len(r) - 2
+    return {
+        "chi2": chi2,
+        "df": df,
+        "p_value": float(stats.chi2.sf(chi2, df)),
+        "ratio": chi2 / df,
+        "design_effect": deff,
+    }
 
 
 def slopes(data: RunData) -> dict[str, dict]:
@@ -143,9 +171,9 @@ def slopes(data: RunData) -> dict[str, dict]:
     out = {}
     for metric in COMPLEXITY:
         means = valid.groupby("generation")[metric].mean()
-        out[metric] = asdict(slope_interval(means.index, means.to_numpy()))
+        out[metric] = asdict(slope_interval(means.index, means.to_numpy(), autocorrelated=True))
     cov = calibrated_coverage(data)
-    out["coverage"] = asdict(slope_interval(cov["generation"], cov["coverage"]))
+    out["coverage"] = asdict(slope_interval(cov["generation"], cov["coverage"], autocorrelated=True))
     return out
 
 
@@ -158,23 +186,18 @@ def _trivial_flags(programs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 def trivial_change(data: RunData, window: int = WINDOW) -> dict[str, dict]:
     """Shares of identity-or-constant and of shallow programs among the valid fresh programs
-    of the first and the last window (Wilson intervals), and last − first with a normal
-    95% interval."""
+    of the first and the last window (as ``window_change`` sizes them; Wilson intervals),
+    and last − first with Newcombe's hybrid score interval."""
     p = data["problems"]
     valid = p[(p["source"] == "fresh") & p["valid"]]
     gens = data.generations
+    window = max(1, min(window, len(gens) // 2))
     out = {}
     parts = [valid[valid["generation"].isin(gens[:window])], valid[valid["generation"].isin(gens[-window:])]]
     flags = [_trivial_flags(part) for part in parts]
     for i, name in enumerate(("identity_or_constant", "shallow")):
         a, b = (wilson(int(f[i].sum()), int(f[i].size)) for f in flags)
-        se = math.sqrt(sum(x.value * (1 - x.value) / x.n for x in (a, b) if x.n)) if a.n and b.n else float("nan")
-        d = b.value - a.value
-        out[name] = {
-            "first": asdict(a),
-            "last": asdict(b),
-            "difference": asdict(Interval(d, d - Z95 * se, d + Z95 * se, a.n + b.n)),
-        }
+        out[name] = {"first": asdict(a), "last": asdict(b), "difference": asdict(newcombe_difference(a, b))}
     return out
 
 

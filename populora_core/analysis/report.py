@@ -162,8 +162,8 @@ def _evaluation_section(runs: Sequence[RunData]) -> list[str]:
         if all(path.is_file() for path in found):
             lines = ["## Held-out evaluation", ""]
             for path in found:
-                text = path.read_text().split("\n", 1)
-                lines += [f"**{text[0].lstrip('# ')}**", "", text[1].strip(), ""]
+                title, _, body = path.read_text().partition("\n")
+                lines += [f"**{title.lstrip('# ')}**", "", body.strip(), ""]
             return lines
     return []
 
@@ -234,6 +234,8 @@ def _json_safe(value: object) -> object:
         return None
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
     return value
 
 

@@ -5,10 +5,12 @@ p-value of the discordant items; per benchmark and over every item of the benchm
 together.
 
 The models of several evaluated runs: the base model (once), every adapter, and for a
-population its weakest member (the lowest pass@1 over all items; the paper's claim is
-that even it beats the baseline) and its mean (per item, the share of members that
-passed). Pairs: each model against the base model, and each population's weakest member
-and mean against each single-agent run's adapter.
+population its weakest member (the one adapter with the lowest pass@1 over all items,
+named in its label; the paper's claim is that even it beats the baseline; the pass@1
+tables' "weakest member" is instead each column's minimum) and its mean (per item, the
+share of members that passed; no McNemar test: it is not one model). Pairs: each model
+against the base model, and each population's weakest member and mean against each
+single-agent run's adapter.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from populora_core.inference.base import BASE
 from populora_core.metrics.stats import mcnemar_exact, paired_bootstrap
 
 ALL = "all items"
+WEAKEST = "weakest member"
+MEAN = "population mean"
 COLUMNS = ["a", "b", "benchmark", "n", "pass_a", "pass_b", "difference", "low", "high", "only_a", "only_b", "p_value"]
 
 
@@ -34,7 +38,7 @@ def item_scores(results: pd.DataFrame) -> pd.DataFrame:
 
 def run_models(label: str, results: pd.DataFrame, with_base: bool) -> dict[str, pd.Series]:
     """The models of one run's ``results``: its adapters as ``<label>: <adapter>``, and with
-    more than one, ``<label>: weakest member`` and ``<label>: population mean``; the base
+    more than one, ``<label>: weakest member (<adapter>)`` and ``<label>: population mean``; the base
     model as ``base model`` when ``with_base`` and the run evaluated it."""
     scores = item_scores(results)
     members = [c for c in scores.columns if c != BASE]
@@ -42,14 +46,15 @@ def run_models(label: str, results: pd.DataFrame, with_base: bool) -> dict[str, 
     models |= {f"{label}: {m}": scores[m] for m in members}
     if len(members) > 1:
         pooled = scores[members].mean()
-        weakest = min(members, key=lambda m: (pooled[m], m))
-        models[f"{label}: weakest member"] = scores[weakest].rename(weakest)
-        models[f"{label}: population mean"] = scores[members].mean(axis=1)
+        weakest = min(members, key=lambda m: (pooled[m], m))  # ties: the first id
+        models[f"{label}: {WEAKEST} ({weakest})"] = scores[weakest]
+        models[f"{label}: {MEAN}"] = scores[members].mean(axis=1)
     return models
 
 
-def compare(a: pd.Series, b: pd.Series, *, seed: int = 0) -> list[dict]:
-    """``a`` against ``b`` on the items both have: per benchmark, then over all items."""
+def compare(a: pd.Series, b: pd.Series, *, seed: int = 0, mcnemar: bool = True) -> list[dict]:
+    """``a`` against ``b`` on the items both have: per benchmark, then over all items;
+    ``mcnemar``: both are single models (0/1 per item), so the exact test applies."""
     joined = pd.concat([a.rename("a"), b.rename("b")], axis=1, join="inner").dropna()
     parts = [(bench, part) for bench, part in joined.groupby(level="benchmark")]
     if len(parts) > 1:
@@ -58,7 +63,7 @@ def compare(a: pd.Series, b: pd.Series, *, seed: int = 0) -> list[dict]:
     for bench, part in parts:
         x, y = part["a"].to_numpy(), part["b"].to_numpy()
         iv = paired_bootstrap(x, y, rng=np.random.default_rng(seed))
-        binary = bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
+        binary = mcnemar and bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
         only_a, only_b = int(((x == 1) & (y == 0)).sum()), int(((x == 0) & (y == 1)).sum())
         rows.append(
             {
@@ -85,12 +90,14 @@ def paired_table(runs: Mapping[str, pd.DataFrame], single_agent: Sequence[str] =
         models |= run_models(label, results, with_base=k == 0)
     pairs = [(name, "base model") for name in models if name != "base model" and "base model" in models]
     for pop in (label for label in runs if label not in single_agent):
+        ours = [n for n in models if n.startswith((f"{pop}: {WEAKEST} (", f"{pop}: {MEAN}"))]
         for single in single_agent:
-            adapters = [n for n in models if n.startswith(f"{single}: ")]
-            for ours in (f"{pop}: weakest member", f"{pop}: population mean"):
-                if ours in models:
-                    pairs += [(ours, theirs) for theirs in adapters]
-    rows = [{"a": a, "b": b, **row} for a, b in pairs for row in compare(models[a], models[b], seed=seed)]
+            pairs += [(a, b) for a in ours for b in models if b.startswith(f"{single}: ")]
+    rows = [
+        {"a": a, "b": b, **row}
+        for a, b in pairs
+        for row in compare(models[a], models[b], seed=seed, mcnemar=not a.endswith(MEAN) and not b.endswith(MEAN))
+    ]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -119,7 +126,7 @@ def weakest_verdict(table: pd.DataFrame) -> dict[str, str]:
     comparison over all items: "supports" when its interval is above 0, "contradicts"
     when below, else "cannot tell"."""
     out = {}
-    weakest = table[table["a"].str.endswith(": weakest member") & (table["b"] != "base model")]
+    weakest = table[table["a"].str.contains(f": {WEAKEST} (", regex=False) & (table["b"] != "base model")]
     for (a, b), part in weakest.groupby(["a", "b"], sort=False):
         row = part[part["benchmark"] == ALL] if (part["benchmark"] == ALL).any() else part
         low, high = float(row["low"].iloc[0]), float(row["high"].iloc[0])

@@ -13,7 +13,10 @@ its band and read against its noise:
   items (the discordant items under Binomial(n, 1/2));
 - ``cluster_rate``: a proportion over answers grouped in clusters (the G samples of one
   problem), with the cluster-robust (ratio-estimator) standard error;
-- ``slope_interval``: a least-squares slope with its t interval.
+- ``slope_interval``: a least-squares slope with its t interval (widened for a series
+  whose residuals are autocorrelated);
+- ``newcombe_difference``: the difference of two independent proportions with
+  Newcombe's hybrid score interval.
 """
 
 from __future__ import annotations
@@ -117,14 +120,21 @@ def cluster_rate(successes: Sequence[int], sizes: Sequence[int]) -> ClusterRate:
     return ClusterRate(rate, se, int(total), c)
 
 
-def slope_interval(x: Sequence[float], y: Sequence[float], level: float = 0.95) -> Interval:
+def slope_interval(
+    x: Sequence[float], y: Sequence[float], level: float = 0.95, *, autocorrelated: bool = False
+) -> Interval:
     """The least-squares slope of y on x (NaN points dropped) with its t interval
-    (n − 2 degrees of freedom); fewer than 3 points give a NaN interval."""
+    (n − 2 degrees of freedom); fewer than 3 points give a NaN interval. ``autocorrelated``:
+    the points are a series (one per generation, from slowly changing adapters), so the
+    standard error is widened by √((1 + r)/(1 − r)), r the residuals' lag-1
+    autocorrelation in x order when positive (capped at 0.9): the AR(1) correction of the
+    effective number of points."""
     from scipy import stats
 
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     ok = ~(np.isnan(xs) | np.isnan(ys))
-    xs, ys = xs[ok], ys[ok]
+    order = np.argsort(xs[ok], kind="stable")
+    xs, ys = xs[ok][order], ys[ok][order]
     if xs.size < 2 or np.ptp(xs) == 0:
         return Interval(float("nan"), float("nan"), float("nan"), int(xs.size))
     slope, intercept = np.polyfit(xs, ys, 1)
@@ -132,5 +142,18 @@ def slope_interval(x: Sequence[float], y: Sequence[float], level: float = 0.95) 
         return Interval(float(slope), float("nan"), float("nan"), int(xs.size))
     residual = ys - (slope * xs + intercept)
     se = math.sqrt(float((residual**2).sum()) / (xs.size - 2) / float(((xs - xs.mean()) ** 2).sum()))
+    if autocorrelated and residual.size > 3 and residual[:-1].std() > 0 and residual[1:].std() > 0:
+        r = min(0.9, float(np.corrcoef(residual[:-1], residual[1:])[0, 1]))
+        se *= math.sqrt((1 + r) / (1 - r)) if r > 0 else 1.0
     half = float(stats.t.ppf(0.5 + level / 2, xs.size - 2)) * se
     return Interval(float(slope), float(slope - half), float(slope + half), int(xs.size))
+
+
+def newcombe_difference(first: Interval, second: Interval) -> Interval:
+    """second − first of two independent proportions, with Newcombe's hybrid score interval
+    (1998, method 10) from their Wilson intervals: unlike the Wald interval it keeps its
+    width at 0 → 0 and is not too narrow near 0 or 1."""
+    d = second.value - first.value
+    low = d - math.sqrt((second.value - second.low) ** 2 + (first.high - first.value) ** 2)
+    high = d + math.sqrt((second.high - second.value) ** 2 + (first.value - first.low) ** 2)
+    return Interval(d, low, high, first.n + second.n)

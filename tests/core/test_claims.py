@@ -4,6 +4,7 @@ slopes and trivial shares move where the programs do, and the verdict rules read
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -17,6 +18,7 @@ from populora_core.analysis.claims import (
     window_change,
 )
 from populora_core.analysis.data import RunData
+from populora_core.metrics.stats import cluster_rate
 from populora_core.runs import RunDir
 
 TRIVIAL = "def f(a):\n    return a"
@@ -81,7 +83,39 @@ def test_the_window_change_counts_problems_not_answers_when_answers_agree(tmp_pa
 def test_answers_that_vary_within_each_problem_have_no_intra_problem_correlation(tmp_path):
     gens = [[[1, 0, 1, 0]] * 8] * 6
     answers = fresh_answers(_data(tmp_path, gens))
-    assert len(answers) == 6 * 8 * 4 and problem_icc(answers) < 0
+    # no problem differs from another: the estimator's floor, −1/(n0 − 1) with n0 = 4
+    assert len(answers) == 6 * 8 * 4 and problem_icc(answers) == pytest.approx(-1 / 3)
+    # a rate that moves between generations is not agreement within problems
+    moving = fresh_answers(_data(tmp_path / "m", [[[1, 1, 1, 0]] * 8, [[0, 0, 0, 1]] * 8]))
+    assert problem_icc(moving) == pytest.approx(-1 / 3)
+
+
+def test_a_short_run_compares_its_halves_and_a_generation_without_fresh_answers_is_skipped(tmp_path):
+    gens = [_mixed(0.25), [], _mixed(0.5), _mixed(0.5), _mixed(0.75), _mixed(0.75)]
+    data = _data(tmp_path, gens)
+    change = window_change(data)
+    assert change["window"] == 3 and change["first_generations"] == [0, 2] and change["last_generations"] == [3, 5]
+    assert change["first"]["n"] == 80 and change["last"]["rate"] == pytest.approx(2 / 3)  # gen 1: no fresh answer
+    rates = per_generation_rates(data)
+    assert rates["n"].tolist() == [40, 0, 40, 40, 40, 40] and np.isnan(rates["rate"][1])
+    assert oscillation_test(rates)["df"] == 3  # five generations with answers
+    assert np.isnan(oscillation_test(rates.head(4))["p_value"])  # three with answers: too few
+    assert np.isnan(window_change(_data(tmp_path / "one", gens[:1]))["difference"]["value"])
+
+
+def test_a_constant_rate_of_clustered_answers_is_rejected_at_about_the_nominal_rate():
+    # 400 runs of 30 generations, 8 problems of 4 answers each, every problem's own rate drawn
+    # from Beta(0.7, 1.633): mean 0.3, intra-problem correlation 0.3; no generation differs
+    rng = np.random.default_rng(7)
+    rejected = []
+    for _ in range(400):
+        rows = []
+        for g in range(30):
+            k = rng.binomial(4, rng.beta(0.7, 1.633, size=8))
+            r = cluster_rate(k, [4] * 8)
+            rows.append({"generation": g, "rate": r.rate, "se": r.se, "n": r.n})
+        rejected.append(oscillation_test(pd.DataFrame(rows))["p_value"] < 0.05)
+    assert 0.01 <= np.mean(rejected) <= 0.09, np.mean(rejected)
 
 
 def test_swings_beyond_sampling_noise_are_caught_and_steady_noise_is_not(tmp_path):
@@ -137,3 +171,4 @@ def test_the_verdict_rules_read_each_claim_from_its_intervals():
     assert claim_verdicts(_stats(False, p=0.01, **growing), lag1=0.4) == {"arms_race": "cannot tell"}
     assert claim_verdicts(_stats(False, p=0.2, **growing), lag1=-0.4) == {"arms_race": "cannot tell"}
     assert claim_verdicts(_stats(False, coverage=down), lag1=-0.4) == {"arms_race": "contradicts"}
+    assert claim_verdicts(_stats(False, p=0.01, depth=down, coverage=up), lag1=-0.4) == {"arms_race": "contradicts"}

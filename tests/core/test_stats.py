@@ -75,3 +75,26 @@ def test_slope_interval_matches_the_t_interval_of_least_squares():
     flat = slope_interval(x, rng.normal(0, 0.1, 30))
     assert flat.low < 0 < flat.high
     assert np.isnan(slope_interval([0, 1], [0, 1]).low) and np.isnan(slope_interval([1, 1, 1], [0, 1, 2]).value)
+
+
+def test_a_slope_of_an_autocorrelated_series_gets_a_wider_interval():
+    from populora_core.metrics.stats import slope_interval
+
+    rng = np.random.default_rng(5)
+    walk = np.cumsum(rng.normal(0, 0.1, 30))  # a random walk: residuals strongly autocorrelated
+    x = np.arange(30)
+    plain, widened = slope_interval(x, walk), slope_interval(x, walk, autocorrelated=True)
+    assert widened.value == plain.value and widened.high - widened.low > 2 * (plain.high - plain.low)
+    noise = rng.normal(0, 0.1, 30)
+    assert slope_interval(x, noise, autocorrelated=True).high - slope_interval(x, noise).high < 0.01
+
+
+def test_newcombe_difference_matches_the_published_example():
+    from populora_core.metrics.stats import newcombe_difference
+
+    # Newcombe (1998), table II, example (e): 56/70 − 48/80 → 0.0524 to 0.3339 (method 10)
+    d = newcombe_difference(wilson(48, 80), wilson(56, 70))
+    assert d.value == pytest.approx(0.2) and d.low == pytest.approx(0.0524, abs=1e-4)
+    assert d.high == pytest.approx(0.3339, abs=1e-4)
+    still = newcombe_difference(wilson(0, 40), wilson(0, 40))  # 0 → 0 keeps a width, unlike Wald's
+    assert still.value == 0.0 and still.low < -0.05 and still.high > 0.05

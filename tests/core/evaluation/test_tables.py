@@ -100,7 +100,7 @@ def test_comparison_table_is_written_beside_the_first_run(tmp_path):
     # item by item: A's weakest member (b) against B's single adapter, the baseline
     paired = (tmp_path / "A" / "eval" / "paired.md").read_text()
     assert out["paired"] == str(tmp_path / "A" / "eval" / "paired.md")
-    assert "- A gen 2: weakest member vs B gen 2: c: cannot tell" in paired
+    assert "- A gen 2: weakest member (b) vs B gen 2: c: cannot tell" in paired
     with pytest.raises(FileNotFoundError, match="no evaluation of generation 3"):
         stages.comparison_table([(runs[0], 3)])
 
