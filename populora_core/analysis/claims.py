@@ -30,28 +30,27 @@ from dataclasses import asdict
 import numpy as np
 import pandas as pd
 
-from populora_core.analysis.data import RunData, calibrated_coverage
+from populora_core.analysis.data import (
+    RunData,
+    calibrated_coverage,
+    fresh_answers,
+    per_generation_rates,
+    problem_clusters,
+)
 from populora_core.metrics.dynamics import TRIVIAL_DEPTH, program_kind
-from populora_core.metrics.stats import Z95, Interval, cluster_rate, newcombe_difference, slope_interval, wilson
+from populora_core.metrics.stats import (
+    Z95,
+    Interval,
+    cluster_rate,
+    design_effect,
+    newcombe_difference,
+    slope_interval,
+    wilson,
+)
 
 WINDOW = 5
 """Generations per window of ``window_change``."""
 COMPLEXITY = ("ast_depth", "cyclomatic", "loc", "halstead")
-
-
-def fresh_answers(data: RunData) -> pd.DataFrame:
-    """Every answer to a fresh valid problem: (generation, teacher_id, problem_id, correct)."""
-    p = data["problems"]
-    fresh = p.loc[(p["source"] == "fresh") & p["valid"], ["generation", "teacher_id", "problem_id"]]
-    keys = ["generation", "teacher_id", "problem_id"]
-    v = data["verdicts"].merge(fresh.drop_duplicates(), on=keys, how="inner")
-    return v.assign(correct=v["status"] == "correct")[[*keys, "correct"]]
-
-
-def _clusters(answers: pd.DataFrame) -> pd.DataFrame:
-    """One row per problem: its generation, correct answers ``k`` and answers ``n``."""
-    grouped = answers.groupby(["generation", "teacher_id", "problem_id"])["correct"].agg(k="sum", n="size")
-    return grouped.reset_index()[["generation", "k", "n"]]
 
 
 def _rate(clusters: pd.DataFrame) -> dict[str, float]:
@@ -68,7 +67,7 @@ def problem_icc(answers: pd.DataFrame) -> float:
     Donner, 1986), problems compared with their own generation's rate (a rate that moves
     across generations is not counted as agreement within problems); NaN with no
     between-problem degrees of freedom or no variance."""
-    c = _clusters(answers)
+    c = problem_clusters(answers)
     problems, total, gens = len(c), int(c["n"].sum()), c["generation"].nunique()
     if problems - gens < 1 or total <= problems:
         return float("nan")
@@ -85,7 +84,7 @@ def problem_icc(answers: pd.DataFrame) -> float:
 def window_rate(answers: pd.DataFrame, generations: list[int]) -> dict[str, float]:
     """The fresh solve rate over ``generations``: rate, standard errors (cluster-robust,
     floored at the binomial, and the binomial), answers and problems."""
-    return _rate(_clusters(answers[answers["generation"].isin(generations)]))
+    return _rate(problem_clusters(answers[answers["generation"].isin(generations)]))
 
 
 def window_change(data: RunData, window: int = WINDOW) -> dict:
@@ -118,18 +117,6 @@ def window_change(data: RunData, window: int = WINDOW) -> dict:
     }
 
 
-def per_generation_rates(data: RunData) -> pd.DataFrame:
-    """Per generation: the fresh solve rate with its cluster-robust standard error (NaN with
-    fewer than two problems) and the answers and problems behind it."""
-    answers = fresh_answers(data)
-    rows = []
-    for g in data.generations:
-        c = _clusters(answers[answers["generation"] == g])
-        r = cluster_rate(c["k"], c["n"])
-        rows.append({"generation": g, "rate": r.rate, "se": r.se, "n": r.n, "problems": r.clusters})
-    return pd.DataFrame(rows, columns=["generation", "rate", "se", "n", "problems"])
-
-
 def oscillation_test(rates: pd.DataFrame) -> dict[str, float]:
     """χ² of the per-generation rates around their trend, over what sampling alone gives.
 
@@ -150,9 +137,7 @@ def oscillation_test(rates: pd.DataFrame) -> dict[str, float]:
     x, y, n = (r[c].to_numpy(dtype=float) for c in ("generation", "rate", "n"))
     trend = np.polyval(np.polyfit(x, y, 1, w=np.sqrt(n)), x)
     p = np.clip(trend, 0.5 / n, 1 - 0.5 / n)
-    binomial = y * (1 - y) / n
-    clustered = r["se"].fillna(0).to_numpy() ** 2
-    deff = max(1.0, float(clustered.sum() / binomial.sum())) if binomial.sum() > 0 else 1.0
+    deff = design_effect(y, r["se"], n)
     chi2, df = float(((y - trend) ** 2 / (deff * p * (1 - p) / n)).sum()), len(r) - 2
     return {
         "chi2": chi2,

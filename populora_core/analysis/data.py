@@ -16,7 +16,7 @@ import pandas as pd
 from populora_core.artifacts import ArtifactError
 from populora_core.metrics.coverage import REFERENCE_CALIBRATION, cvt_centroids, problem_cells
 from populora_core.metrics.dynamics import oscillation, problem_triviality, solve_rates_by_source
-from populora_core.metrics.stats import Interval, mean_interval, wilson
+from populora_core.metrics.stats import Interval, cluster_rate, design_effect, mean_interval, wilson
 from populora_core.runs import RunDir
 from populora_core.stages.runner import check_intact
 
@@ -142,6 +142,33 @@ def dynamics(data: RunData) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def fresh_answers(data: RunData) -> pd.DataFrame:
+    """Every answer to a fresh valid problem: (generation, teacher_id, problem_id, correct)."""
+    p = data["problems"]
+    fresh = p.loc[(p["source"] == "fresh") & p["valid"], ["generation", "teacher_id", "problem_id"]]
+    keys = ["generation", "teacher_id", "problem_id"]
+    v = data["verdicts"].merge(fresh.drop_duplicates(), on=keys, how="inner")
+    return v.assign(correct=v["status"] == "correct")[[*keys, "correct"]]
+
+
+def problem_clusters(answers: pd.DataFrame) -> pd.DataFrame:
+    """One row per problem: its generation, correct answers ``k`` and answers ``n``."""
+    grouped = answers.groupby(["generation", "teacher_id", "problem_id"])["correct"].agg(k="sum", n="size")
+    return grouped.reset_index()[["generation", "k", "n"]]
+
+
+def per_generation_rates(data: RunData) -> pd.DataFrame:
+    """Per generation: the fresh solve rate with its cluster-robust standard error (NaN with
+    fewer than two problems) and the answers and problems behind it."""
+    answers = fresh_answers(data)
+    rows = []
+    for g in data.generations:
+        c = problem_clusters(answers[answers["generation"] == g])
+        r = cluster_rate(c["k"], c["n"])
+        rows.append({"generation": g, "rate": r.rate, "se": r.se, "n": r.n, "problems": r.clusters})
+    return pd.DataFrame(rows, columns=["generation", "rate", "se", "n", "problems"])
+
+
 @functools.lru_cache(maxsize=4)
 def _reference_centroids(cells: int) -> np.ndarray:
     return cvt_centroids(cells, seed=0)
@@ -215,9 +242,13 @@ def learning_curves(data: RunData) -> pd.DataFrame:
     """Per generation and curve (``CURVES``): the value, its 95% interval and the samples
     behind it. Rates are binomial proportions (Wilson intervals): format errors over the
     students' answers, valid proposals over the fresh proposals, fresh problems solved over
-    the answers to them, drift over every (member, probe item). Rewards are means (normal
-    interval) over the students' answers and the teachers' proposals."""
+    the answers to them, drift over every (member, probe item). A problem's G answers share
+    its difficulty, so the fresh solve rate's interval is Wilson's at the effective sample
+    size, answers / the run's design effect (``metrics.stats.design_effect``). Rewards are
+    means (normal interval) over the students' answers and the teachers' proposals."""
     rows = []
+    fresh_rates = per_generation_rates(data).set_index("generation")
+    deff = design_effect(fresh_rates["rate"], fresh_rates["se"], fresh_rates["n"])
 
     def add(g: int, curve: str, iv: Interval) -> None:
         rows.append({"generation": g, "curve": curve, "value": iv.value, "low": iv.low, "high": iv.high, "n": iv.n})
@@ -231,9 +262,9 @@ def learning_curves(data: RunData) -> pd.DataFrame:
         add(g, "teacher_reward", mean_interval(rg.loc[rg["kind"] == "proposal", "reward"]))
         fresh = pg[pg["source"] == "fresh"]
         add(g, "valid_rate", wilson(int(fresh["valid"].sum()), len(fresh)))
-        fresh_ids = set(fresh.loc[fresh["valid"], "problem_id"])
-        on_fresh = vg[vg["problem_id"].isin(fresh_ids)]
-        add(g, "fresh_solve_rate", wilson(int((on_fresh["status"] == "correct").sum()), len(on_fresh)))
+        rate, n = fresh_rates.loc[g, "rate"], int(fresh_rates.loc[g, "n"])
+        iv = wilson(rate * n / deff, n / deff) if n else wilson(0, 0)
+        add(g, "fresh_solve_rate", Interval(iv.value, iv.low, iv.high, n))
         members = probes[(probes["generation"] == g) & (probes["role"] != "base")]
         if len(members):
             add(g, "drift", wilson(int(members["changed"].sum()), len(members)))

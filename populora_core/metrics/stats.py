@@ -16,7 +16,10 @@ its band and read against its noise:
 - ``slope_interval``: a least-squares slope with its t interval (widened for a series
   whose residuals are autocorrelated);
 - ``newcombe_difference``: the difference of two independent proportions with
-  Newcombe's hybrid score interval.
+  Newcombe's hybrid score interval;
+- ``design_effect``: how much clustering widens a series of proportions, pooled over
+  the series; ``wilson`` at the effective sample size n / design effect widens a rate's
+  interval by it.
 """
 
 from __future__ import annotations
@@ -46,9 +49,10 @@ class Interval:
         return f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}] (n={self.n})"
 
 
-def wilson(k: int, n: int, z: float = Z95) -> Interval:
+def wilson(k: float, n: float, z: float = Z95) -> Interval:
     """Wilson score interval of k successes in n trials:
-    (p̂ + z²/2n ± z·√(p̂(1−p̂)/n + z²/4n²)) / (1 + z²/n). n = 0 gives NaN."""
+    (p̂ + z²/2n ± z·√(p̂(1−p̂)/n + z²/4n²)) / (1 + z²/n). n = 0 gives NaN. k and n may be
+    effective counts (divided by a design effect), not whole numbers."""
     if n <= 0:
         return Interval(float("nan"), float("nan"), float("nan"), 0)
     p = k / n
@@ -157,3 +161,15 @@ def newcombe_difference(first: Interval, second: Interval) -> Interval:
     low = d - math.sqrt((second.value - second.low) ** 2 + (first.high - first.value) ** 2)
     high = d + math.sqrt((second.high - second.value) ** 2 + (first.value - first.low) ** 2)
     return Interval(d, low, high, first.n + second.n)
+
+
+def design_effect(rates: Sequence[float], cluster_ses: Sequence[float], sizes: Sequence[int]) -> float:
+    """Σ cluster-robust variances / Σ binomial variances p(1 − p)/n over a series of
+    proportions (NaN entries skipped), at least 1: one design effect for the whole series,
+    steadier than each point's own (a point's few clusters make its variance noisy).
+    1 when nothing varies."""
+    p, se, n = (np.asarray(v, dtype=float) for v in (rates, cluster_ses, sizes))
+    ok = ~np.isnan(p) & (n > 0)
+    binomial = float((p[ok] * (1 - p[ok]) / n[ok]).sum())
+    clustered = float((np.nan_to_num(se[ok]) ** 2).sum())
+    return max(1.0, clustered / binomial) if binomial > 0 else 1.0

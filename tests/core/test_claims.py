@@ -17,8 +17,8 @@ from populora_core.analysis.claims import (
     run_statistics,
     window_change,
 )
-from populora_core.analysis.data import RunData
-from populora_core.metrics.stats import cluster_rate
+from populora_core.analysis.data import RunData, learning_curves
+from populora_core.metrics.stats import cluster_rate, wilson
 from populora_core.runs import RunDir
 
 TRIVIAL = "def f(a):\n    return a"
@@ -59,7 +59,8 @@ def _data(tmp_path, generations: list[list[list[int]]], programs: list[str] | No
         )
         verdicts += [{"generation": g, "teacher_id": "t0", "problem_id": "seed", "status": "correct"}] * 4
     summaries = pd.DataFrame({"generation": range(len(generations))})
-    frames = {"problems": pd.DataFrame(problems), "verdicts": pd.DataFrame(verdicts)}
+    rewards = pd.DataFrame(columns=["generation", "kind", "adapter_id", "reward"])
+    frames = {"problems": pd.DataFrame(problems), "verdicts": pd.DataFrame(verdicts), "rewards": rewards}
     return RunData(RunDir(tmp_path), "hand-made", summaries, frames)
 
 
@@ -78,6 +79,16 @@ def test_the_window_change_counts_problems_not_answers_when_answers_agree(tmp_pa
     assert change["icc"] == pytest.approx(1.0)
     assert change["design_effect"] == pytest.approx(4.0, rel=0.05)
     assert diff["high"] - diff["low"] > 1.9 * 2 * 1.96 * change["difference_binomial_se"]
+
+
+def test_the_fresh_solve_rate_band_widens_with_the_clustering_of_answers(tmp_path):
+    clustered = learning_curves(_data(tmp_path / "c", [_all_or_nothing(2)] * 6)).set_index(["curve", "generation"])
+    mixed = learning_curves(_data(tmp_path / "m", [_mixed(0.25, 8)] * 6)).set_index(["curve", "generation"])
+    a, b = clustered.loc[("fresh_solve_rate", 0)], mixed.loc[("fresh_solve_rate", 0)]
+    assert a["value"] == b["value"] == 0.25 and a["n"] == b["n"] == 32
+    plain = wilson(8, 32)
+    assert b["low"] == pytest.approx(plain.low) and b["high"] == pytest.approx(plain.high)  # no clustering
+    assert a["high"] - a["low"] > 1.7 * (plain.high - plain.low)  # design effect ~4: about twice as wide
 
 
 def test_answers_that_vary_within_each_problem_have_no_intra_problem_correlation(tmp_path):

@@ -98,3 +98,13 @@ def test_newcombe_difference_matches_the_published_example():
     assert d.high == pytest.approx(0.3339, abs=1e-4)
     still = newcombe_difference(wilson(0, 40), wilson(0, 40))  # 0 → 0 keeps a width, unlike Wald's
     assert still.value == 0.0 and still.low < -0.05 and still.high > 0.05
+
+
+def test_the_design_effect_pools_the_series_and_never_narrows():
+    from populora_core.metrics.stats import design_effect
+
+    # two points at p = 0.5, n = 40: binomial variance 1/160 each; cluster-robust twice that
+    se = (2 / 160) ** 0.5
+    assert design_effect([0.5, 0.5], [se, se], [40, 40]) == pytest.approx(2.0)
+    assert design_effect([0.5, 0.5], [0.01, 0.01], [40, 40]) == 1.0  # below binomial: floored
+    assert design_effect([0.0, float("nan")], [0.0, float("nan")], [40, 0]) == 1.0  # nothing varies
