@@ -28,7 +28,10 @@ class RowsLinear(nn.Linear):
         rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
         if not 0 < rows <= MAX_ROWS or x.device.type != "cpu" or torch.is_grad_enabled():
             return F.linear(x, self.weight, self.bias)
-        y = torch.mm(self.weight, x.reshape(rows, x.shape[-1]).t()).t()
+        # contiguous: W·xᵀ's transpose as a view made every later operation read a transposed
+        # tensor, and a decode step 1.4-1.8x slower than F.linear's (measured with one thread:
+        # docs/benchmarks.md#cpu-floor); the copy is rows x out_features, a few KB
+        y = torch.mm(self.weight, x.reshape(rows, x.shape[-1]).t()).t().contiguous()
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
