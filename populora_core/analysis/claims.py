@@ -33,6 +33,7 @@ import pandas as pd
 from populora_core.analysis.data import (
     RunData,
     calibrated_coverage,
+    complexity_trends,
     fresh_answers,
     per_generation_rates,
     problem_clusters,
@@ -87,19 +88,26 @@ def window_rate(answers: pd.DataFrame, generations: list[int]) -> dict[str, floa
     return _rate(problem_clusters(answers[answers["generation"].isin(generations)]))
 
 
+def _windows(gens: list[int], window: int) -> tuple[list[int], list[int]]:
+    """The first and the last ``window`` generations; halves when the run is shorter than two
+    windows (empty when it has one generation)."""
+    window = min(window, len(gens) // 2)
+    return (gens[:window], gens[-window:]) if window else ([], [])
+
+
 def window_change(data: RunData, window: int = WINDOW) -> dict:
     """The fresh solve rate of the first and the last ``window`` generations and their
     difference (last − first) with its 95% interval from the windows' standard errors. A run
     shorter than two windows gets two halves (``window`` says the length used); one
     generation gives NaN."""
     gens = data.generations
-    window = min(window, len(gens) // 2)
+    first, last = _windows(gens, window)
+    window = len(first)
     answers = fresh_answers(data)
-    if window < 1:
+    if not window:
         a = b = {"rate": float("nan"), "se": float("nan"), "binomial_se": float("nan"), "n": 0, "problems": 0}
         first = last = gens[:1]
     else:
-        first, last = gens[:window], gens[-window:]
         a, b = window_rate(answers, first), window_rate(answers, last)
     diff = b["rate"] - a["rate"]
     se = math.sqrt(a["se"] ** 2 + b["se"] ** 2)
@@ -151,12 +159,11 @@ def oscillation_test(rates: pd.DataFrame) -> dict[str, float]:
 def slopes(data: RunData) -> dict[str, dict]:
     """Per-generation slopes with 95% t intervals: mean complexity of the valid fresh
     programs (each metric) and the calibrated CVT coverage of each generation's programs."""
-    p = data["problems"]
-    valid = p[(p["source"] == "fresh") & p["valid"]]
+    trends = complexity_trends(data)
     out = {}
     for metric in COMPLEXITY:
-        means = valid.groupby("generation")[metric].mean()
-        out[metric] = asdict(slope_interval(means.index, means.to_numpy(), autocorrelated=True))
+        part = trends[trends["metric"] == metric]
+        out[metric] = asdict(slope_interval(part["generation"], part["mean"], autocorrelated=True))
     cov = calibrated_coverage(data)
     out["coverage"] = asdict(slope_interval(cov["generation"], cov["coverage"], autocorrelated=True))
     return out
@@ -175,10 +182,9 @@ def trivial_change(data: RunData, window: int = WINDOW) -> dict[str, dict]:
     and last − first with Newcombe's hybrid score interval."""
     p = data["problems"]
     valid = p[(p["source"] == "fresh") & p["valid"]]
-    gens = data.generations
-    window = max(1, min(window, len(gens) // 2))
+    first, last = _windows(data.generations, window)
     out = {}
-    parts = [valid[valid["generation"].isin(gens[:window])], valid[valid["generation"].isin(gens[-window:])]]
+    parts = [valid[valid["generation"].isin(first)], valid[valid["generation"].isin(last)]]
     flags = [_trivial_flags(part) for part in parts]
     for i, name in enumerate(("identity_or_constant", "shallow")):
         a, b = (wilson(int(f[i].sum()), int(f[i].size)) for f in flags)
