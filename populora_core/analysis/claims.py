@@ -38,7 +38,7 @@ from populora_core.analysis.data import (
     per_generation_rates,
     problem_clusters,
 )
-from populora_core.metrics.dynamics import TRIVIAL_DEPTH, program_kind
+from populora_core.metrics.dynamics import trivial_flags
 from populora_core.metrics.stats import (
     Z95,
     Interval,
@@ -169,13 +169,6 @@ def slopes(data: RunData) -> dict[str, dict]:
     return out
 
 
-def _trivial_flags(programs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    kinds = [program_kind(s) for s in programs["program"]]
-    trivial = np.array([k in ("identity", "constant") for k in kinds], dtype=bool)
-    shallow = programs["ast_depth"].to_numpy(dtype=float) <= TRIVIAL_DEPTH
-    return trivial, shallow
-
-
 def trivial_change(data: RunData, window: int = WINDOW) -> dict[str, dict]:
     """Shares of identity-or-constant and of shallow programs among the valid fresh programs
     of the first and the last window (as ``window_change`` sizes them; Wilson intervals),
@@ -185,22 +178,22 @@ def trivial_change(data: RunData, window: int = WINDOW) -> dict[str, dict]:
     first, last = _windows(data.generations, window)
     out = {}
     parts = [valid[valid["generation"].isin(first)], valid[valid["generation"].isin(last)]]
-    flags = [_trivial_flags(part) for part in parts]
-    for i, name in enumerate(("identity_or_constant", "shallow")):
-        a, b = (wilson(int(f[i].sum()), int(f[i].size)) for f in flags)
+    flags = [trivial_flags(list(part["program"]), part["ast_depth"]) for part in parts]
+    for f in flags:
+        f["identity_or_constant"] = f["identity"] | f["constant"]
+    for name in ("identity_or_constant", "shallow"):
+        a, b = (wilson(int(f[name].sum()), int(f[name].size)) for f in flags)
         out[name] = {"first": asdict(a), "last": asdict(b), "difference": asdict(newcombe_difference(a, b))}
     return out
 
 
 def run_statistics(data: RunData, window: int = WINDOW, single_agent: bool | None = None) -> dict:
     """Every statistic above for one run (JSON-ready: intervals as dicts). ``single_agent``:
-    whether the run is a single-agent baseline (default: its configuration says)."""
+    whether the run is a single-agent baseline (default: ``RunData.single_agent``)."""
     rates = per_generation_rates(data)
-    if single_agent is None:
-        single_agent = data.run.config().population.single_agent
     return {
         "run": data.label,
-        "single_agent": bool(single_agent),
+        "single_agent": data.single_agent if single_agent is None else bool(single_agent),
         "generations": len(data.generations),
         "fresh_window_change": window_change(data, window),
         "fresh_oscillation": oscillation_test(rates),

@@ -33,6 +33,14 @@ class RunData:
     summaries: pd.DataFrame
     frames: dict[str, pd.DataFrame] = field(default_factory=dict)
     population: pd.DataFrame = field(default_factory=pd.DataFrame)
+    derived: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+    """Frames computed from ``frames`` once and shared by the report's sections (read-only)."""
+
+    @property
+    def single_agent(self) -> bool:
+        """Whether the run is a single-agent baseline; a run without its configuration (a
+        hand-made one) counts as a population."""
+        return self.run.config_file.is_file() and self.run.config().population.single_agent
 
     @property
     def generations(self) -> list[int]:
@@ -143,12 +151,16 @@ def dynamics(data: RunData) -> pd.DataFrame:
 
 
 def fresh_answers(data: RunData) -> pd.DataFrame:
-    """Every answer to a fresh valid problem: (generation, teacher_id, problem_id, correct)."""
+    """Every answer to a fresh valid problem: (generation, teacher_id, problem_id, correct).
+    Computed once per ``RunData``."""
+    if "fresh_answers" in data.derived:
+        return data.derived["fresh_answers"]
     p = data["problems"]
     fresh = p.loc[(p["source"] == "fresh") & p["valid"], ["generation", "teacher_id", "problem_id"]]
     keys = ["generation", "teacher_id", "problem_id"]
     v = data["verdicts"].merge(fresh.drop_duplicates(), on=keys, how="inner")
-    return v.assign(correct=v["status"] == "correct")[[*keys, "correct"]]
+    data.derived["fresh_answers"] = v.assign(correct=v["status"] == "correct")[[*keys, "correct"]]
+    return data.derived["fresh_answers"]
 
 
 def problem_clusters(answers: pd.DataFrame) -> pd.DataFrame:

@@ -168,23 +168,13 @@ def _evaluation_section(runs: Sequence[RunData]) -> list[str]:
     return []
 
 
-def _statistics(runs: Sequence[RunData]) -> list[dict]:
-    """``run_statistics`` of each run; a run without its configuration (a hand-made one)
-    counts as a population."""
-    out = []
-    for data in runs:
-        single = None if data.run.config_file.is_file() else False
-        out.append(run_statistics(data, single_agent=single))
-    return out
-
-
 def summary_markdown(
     runs: Sequence[RunData], heads: Sequence[dict] | None = None, stats: Sequence[dict] | None = None
 ) -> str:
     """The report's Markdown; ``heads`` and ``stats``: the runs' ``headline`` figures and
     ``claims.run_statistics``, if already computed."""
     heads = heads if heads is not None else [headline(d) for d in runs]
-    stats = stats if stats is not None else _statistics(runs)
+    stats = stats if stats is not None else [run_statistics(d) for d in runs]
     lines = ["# PopuLoRA report", "", *_headline_table(heads), "", *_claims_section(stats, heads), ""]
     lines += _evaluation_section(runs)
     for data in runs:
@@ -252,7 +242,7 @@ def write_report(runs: Sequence[RunData], out_dir: Path) -> dict[str, Path]:
         fig.savefig(written[name], dpi=90)
         plt.close(fig)
     heads = [headline(d) for d in runs]  # each parses every program of the run: once
-    stats = _statistics(runs)
+    stats = [run_statistics(d) for d in runs]
     md = summary_markdown(runs, heads, stats)
     written["summary"] = out_dir / "summary.md"
     written["summary"].write_text(md)

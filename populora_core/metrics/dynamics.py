@@ -69,6 +69,17 @@ def output_is_input(inputs: Sequence[str], outputs: Sequence[str]) -> bool:
     return any(_value(i) == _value(o) for i, o in zip(inputs, outputs, strict=False))
 
 
+def trivial_flags(programs: Sequence[str], depths: Sequence[float]) -> dict[str, np.ndarray]:
+    """Per program, boolean arrays: ``identity`` and ``constant`` (``program_kind``), and
+    ``shallow`` (AST depth at most ``TRIVIAL_DEPTH``)."""
+    kinds = [program_kind(p) for p in programs]
+    return {
+        "identity": np.array([k == "identity" for k in kinds], dtype=bool),
+        "constant": np.array([k == "constant" for k in kinds], dtype=bool),
+        "shallow": np.asarray(depths, dtype=float) <= TRIVIAL_DEPTH,
+    }
+
+
 def triviality(
     programs: Sequence[str], inputs: Sequence[Sequence[str]], outputs: Sequence[Sequence[str]], depths: Sequence[float]
 ) -> dict[str, float]:
@@ -76,12 +87,12 @@ def triviality(
     n = len(programs)
     if n == 0:
         return dict.fromkeys(("identity", "constant", "output_is_input", "shallow", "distinct"), float("nan"))
-    kinds = [program_kind(p) for p in programs]
+    flags = trivial_flags(programs, depths)
     return {
-        "identity": kinds.count("identity") / n,
-        "constant": kinds.count("constant") / n,
+        "identity": float(flags["identity"].mean()),
+        "constant": float(flags["constant"].mean()),
         "output_is_input": sum(output_is_input(i, o) for i, o in zip(inputs, outputs, strict=True)) / n,
-        "shallow": float(np.mean([d <= TRIVIAL_DEPTH for d in depths])),
+        "shallow": float(flags["shallow"].mean()),
         "distinct": len(set(programs)) / n,
     }
 
