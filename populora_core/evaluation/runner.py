@@ -57,11 +57,13 @@ def evaluate(
     *,
     max_new_tokens: int,
     timeout_s: float = 20.0,
+    progress: str = "evaluate",
 ) -> pd.DataFrame:
-    """Greedy completions of every item by every adapter (``BASE`` for the base model), judged."""
+    """Greedy completions of every item by every adapter (``BASE`` for the base model), judged
+    (``progress``: the progress bar's label)."""
     params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
     requests = [GenerationRequest(prompt=list(i.messages), adapter=a) for a in adapters for i in items]
-    outputs = backend.generate(requests, params, progress="evaluate")
+    outputs = backend.generate(requests, params, progress=progress)
     texts = [o[0].text for o in outputs]
     flat_items = [i for _ in adapters for i in items]
     verdicts = judge(flat_items, texts, pool, timeout_s=timeout_s)

@@ -4,6 +4,9 @@ One stage per benchmark writes that benchmark's judged completions to
 ``eval/gen_NNNN/parts/<benchmark>-<settings>.parquet`` (skipped when the file
 exists, so a killed evaluation continues where it stopped; other settings or data
 never collide; delete the part, or the whole ``eval/gen_NNNN``, to judge again).
+Within a benchmark, every ``CHUNK_ITEMS`` items (× every adapter, one batch plan) are
+checkpointed in ``parts/<benchmark>-<settings>.chunks/`` until the part is whole, so a
+kill costs at most one chunk.
 The settings include the token cap actually used (the benchmark's default, or the
 caller's). The table stage joins the parts into ``results.parquet``,
 ``pass_at_1.parquet`` (per benchmark), ``scores.parquet`` (per model, with the code
@@ -14,6 +17,7 @@ stage puts several runs' tables side by side in ``<first run>/eval/comparison.md
 from __future__ import annotations
 
 import hashlib
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,11 +38,23 @@ from populora_core.evaluation.tables import (
 from populora_core.inference.base import BASE
 from populora_core.runs import RunDir
 
+CHUNK_ITEMS = 16
+"""Items per checkpoint of a benchmark's evaluation (each judged by every adapter)."""
 
-def settings_key(data_dir: Path, limit: int | None, max_new_tokens: int, include_base: bool) -> str:
-    """Names a part by what it depends on, so other settings (or other data) never reuse it."""
+
+def settings_key(
+    data_dir: Path, limit: int | None, max_new_tokens: int, include_base: bool, chunk_items: int = CHUNK_ITEMS
+) -> str:
+    """Names a part by what it depends on, so other settings (or other data) never reuse it;
+    the chunk size too, as it decides which completions share a batch."""
     data = hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:8]
-    return f"n{limit or 'all'}-t{max_new_tokens}-{'base' if include_base else 'nobase'}-d{data}"
+    return f"n{limit or 'all'}-t{max_new_tokens}-{'base' if include_base else 'nobase'}-c{chunk_items}-d{data}"
+
+
+def _adapter_by_adapter(results: pd.DataFrame) -> pd.DataFrame:
+    """``results``' rows grouped by adapter (in order of first appearance), each in its order."""
+    order = {a: i for i, a in enumerate(dict.fromkeys(results["adapter_id"]))}
+    return results.sort_values("adapter_id", key=lambda s: s.map(order), kind="stable", ignore_index=True)
 
 
 def evaluate_benchmark(
@@ -50,33 +66,54 @@ def evaluate_benchmark(
     limit: int | None = None,
     max_new_tokens: int | None = None,
     include_base: bool = True,
+    chunk_items: int = CHUNK_ITEMS,
 ) -> dict:
     """Greedy pass@1 completions of the snapshot's adapters (and the base model) on one
     benchmark, judged (code in the sandbox), at most ``max_new_tokens`` tokens each (None:
-    the benchmark's default); returns {path, rows, cached}."""
+    the benchmark's default), ``chunk_items`` items at a time, each chunk kept until the
+    part is whole; returns {path, rows, cached}."""
     from populora_core.engines import runtime_of
 
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()  # evaluation.datasets
     max_new_tokens = max_new_tokens or default_max_new_tokens(benchmark)
-    path = run.eval_part(generation, benchmark, settings_key(data_dir, limit, max_new_tokens, include_base))
+    key = settings_key(data_dir, limit, max_new_tokens, include_base, chunk_items)
+    path = run.eval_part(generation, benchmark, key)
     if path.is_file():
         return {"path": str(path), "rows": read_parquet(path).num_rows, "cached": True}
-    runtime = runtime_of(run.config(), run.model_path)
-    served = run.adapter_dirs(generation)
-    runtime.serve(served)
     items = load_benchmark(benchmark, Path(data_dir), limit)
-    adapters = [*([BASE] if include_base else []), *served]
-    results = evaluate(runtime.backend, adapters, items, runtime.pool, max_new_tokens=max_new_tokens)
+    chunks = path.with_suffix(".chunks")
+    starts = range(0, len(items), chunk_items)
+    runtime, adapters, frames = None, [], []
+    for k, start in enumerate(starts):
+        chunk = chunks / f"items_{start:05d}.parquet"
+        if chunk.is_file():
+            frames.append(read_parquet(chunk).to_pandas())
+            continue
+        if runtime is None:  # the model is loaded only when a chunk is left to judge
+            runtime = runtime_of(run.config(), run.model_path)
+            served = run.adapter_dirs(generation)
+            runtime.serve(served)
+            adapters = [*([BASE] if include_base else []), *served]
+        part = evaluate(
+            runtime.backend,
+            adapters,
+            items[start : start + chunk_items],
+            runtime.pool,
+            max_new_tokens=max_new_tokens,
+            progress=f"evaluate {benchmark} {k + 1}/{len(starts)}",
+        )
+        write_parquet_atomic(part, chunk)
+        frames.append(part)
+    results = _adapter_by_adapter(pd.concat(frames, ignore_index=True))
     write_parquet_atomic(results, path)
+    shutil.rmtree(chunks, ignore_errors=True)
     return {"path": str(path), "rows": len(results), "cached": False}
 
 
 def evaluation_table(run: RunDir, generation: int, parts: Sequence[str]) -> dict:
     """Joins the benchmark parts into results (adapter by adapter, as one batch over every
     benchmark would give them), the pass@1 tables and their Markdown (all atomic)."""
-    results = pd.concat([read_parquet(p).to_pandas() for p in parts], ignore_index=True)
-    order = {a: i for i, a in enumerate(dict.fromkeys(results["adapter_id"]))}
-    results = results.sort_values("adapter_id", key=lambda s: s.map(order), kind="stable", ignore_index=True)
+    results = _adapter_by_adapter(pd.concat([read_parquet(p).to_pandas() for p in parts], ignore_index=True))
     table = pass_at_1(results)
     out = run.eval_dir(generation)
     write_parquet_atomic(results, out / "results.parquet")

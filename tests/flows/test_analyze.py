@@ -77,3 +77,37 @@ def test_evaluate_scores_base_and_every_adapter_through_the_flow(reference_run, 
     assert again.returncode == 0, again.stdout[-3000:]
     assert {p: p.stat().st_mtime_ns for p in parts} == stamps
     pd.testing.assert_frame_equal(pd.read_parquet(out / "results.parquet"), results)
+
+
+def test_a_killed_evaluation_keeps_its_judged_chunks_and_ends_equal_to_an_uninterrupted_one(reference_run, monkeypatch):
+    import pandas as pd
+    import pytest
+
+    from populora_core.evaluation import stages
+
+    generation = reference_run.next_generation()
+    settings = {"data_dir": DATA, "limit": 3, "max_new_tokens": 8, "chunk_items": 1}
+    whole = stages.evaluate_benchmark(reference_run, generation, "humaneval", **settings)
+    assert not whole["cached"] and not list((reference_run.eval_dir(generation) / "parts").glob("*.chunks"))
+    uninterrupted = pd.read_parquet(whole["path"])
+    assert uninterrupted["item_id"].nunique() == 3 and uninterrupted["adapter_id"].iloc[0] == "__base__"
+
+    real, calls, kill = stages.evaluate, [], [True]
+
+    def killed_at_the_second_chunk(*args, **kwargs):
+        calls.append(kwargs["progress"])
+        if kill[0] and len(calls) == 2:
+            raise RuntimeError("killed at the second chunk")
+        return real(*args, **kwargs)
+
+    (reference_run.eval_dir(generation) / "parts" / whole["path"].split("/")[-1]).unlink()
+    monkeypatch.setattr(stages, "evaluate", killed_at_the_second_chunk)
+    with pytest.raises(RuntimeError, match="killed"):
+        stages.evaluate_benchmark(reference_run, generation, "humaneval", **settings)
+    assert calls == ["evaluate humaneval 1/3", "evaluate humaneval 2/3"]
+    calls.clear()
+    kill[0] = False
+    again = stages.evaluate_benchmark(reference_run, generation, "humaneval", **settings)
+    assert calls == ["evaluate humaneval 2/3", "evaluate humaneval 3/3"]  # the first chunk was kept
+    pd.testing.assert_frame_equal(pd.read_parquet(again["path"]), uninterrupted)
+    assert not list((reference_run.eval_dir(generation) / "parts").glob("*.chunks"))
