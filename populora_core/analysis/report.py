@@ -147,11 +147,27 @@ def _claims_section(stats: Sequence[dict], heads: Sequence[dict]) -> list[str]:
             f"{_pct(triv['first']['value'])} → {_pct(triv['last']['value'])} ({_iv(triv['difference'], '+.2f')}) |"
         )
     lines.append("")
+    claims = []
     for st, h in zip(stats, heads, strict=True):
         lag1 = h["fresh_solve_rate_oscillation"]["lag1_autocorr"]
         for claim, verdict in claim_verdicts(st, lag1).items():
-            lines.append(f"- **{st['run']}: {verdict}.** {CLAIM_RULES[claim]}")
+            lines.append(f"- **{st['run']}: {verdict}** ({claim.replace('_', ' ')}): {_evidence(st, lag1)}.")
+            claims.append(claim)
+    lines += ["", "How each verdict is read:", ""]
+    lines += [f"- *{claim.replace('_', ' ')}*: {CLAIM_RULES[claim]}" for claim in dict.fromkeys(claims)]
     return lines
+
+
+def _evidence(st: dict, lag1: float) -> str:
+    """The statistics a run's verdict is read from, with their intervals."""
+    depth = f"AST depth slope {_iv(st['slopes']['ast_depth'], '+.3f')}/gen"
+    if st["single_agent"]:
+        change = _iv(st["fresh_window_change"]["difference"], "+.3f")
+        trivial = _iv(st["trivial_change"]["identity_or_constant"]["difference"], "+.2f")
+        return f"fresh solve rate change {change}, identity-or-constant share change {trivial}, {depth}"
+    p = _num(st["fresh_oscillation"]["p_value"], ".3g")
+    coverage = _iv(st["slopes"]["coverage"], "+.4f")
+    return f"oscillation p = {p} (lag-1 autocorrelation {_num(lag1, '+.2f')}), {depth}, coverage slope {coverage}/gen"
 
 
 def _evaluation_section(runs: Sequence[RunData]) -> list[str]:
