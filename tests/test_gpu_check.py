@@ -48,9 +48,11 @@ def _installed_with(roots) -> set[str]:
 
 
 def _missing_on_the_gpu_machine() -> set[str]:
+    """Every distribution the project brings (its dependencies and theirs) that the GPU
+    machine's packages do not."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    available = _installed_with(ON_THE_GPU_MACHINE)
-    return {_canonical(re.match(r"[A-Za-z0-9_.-]+", d).group()) for d in project} - available
+    brought = _installed_with(re.match(r"[A-Za-z0-9_.-]+", d).group() for d in project)
+    return brought - _installed_with(ON_THE_GPU_MACHINE)
 
 
 def test_gpu_check_runs_at_the_tiny_shape_and_imports_only_what_the_gpu_machine_has():

@@ -218,7 +218,7 @@ CLAIM_RULES: dict[str, str] = {
     "slopes both have their intervals above 0. Contradicts: the AST-depth or the coverage slope has its "
     "interval below 0. Otherwise: cannot tell.",
 }
-"""How ``claim_verdicts`` reads each claim (stated in the report beside the verdict)."""
+"""How ``claim_verdicts`` reads each claim (stated in the report below the verdicts)."""
 
 
 def _above(iv: dict) -> bool:
@@ -249,3 +249,26 @@ def claim_verdicts(stats: dict, lag1: float = float("nan")) -> dict[str, str]:
     if oscillates and _above(depth) and _above(coverage):
         return {"arms_race": "supports"}
     return {"arms_race": "cannot tell"}
+
+
+def format_interval(interval: dict, fmt: str) -> str:
+    """``value [low, high]`` of an ``Interval`` dict, each in ``fmt`` (NaN: –)."""
+    value, low, high = (
+        format(interval[k], fmt) if interval[k] == interval[k] else "–" for k in ("value", "low", "high")
+    )
+    return f"{value} [{low}, {high}]"
+
+
+def claim_evidence(stats: dict, lag1: float = float("nan")) -> str:
+    """The statistics ``claim_verdicts`` reads for this run, with their 95% intervals, as text."""
+    iv = format_interval
+    depth = f"AST depth slope {iv(stats['slopes']['ast_depth'], '+.3f')}/gen"
+    if stats["single_agent"]:
+        change = iv(stats["fresh_window_change"]["difference"], "+.3f")
+        trivial = iv(stats["trivial_change"]["identity_or_constant"]["difference"], "+.2f")
+        return f"fresh solve rate change {change}, identity-or-constant share change {trivial}, {depth}"
+    p = stats["fresh_oscillation"]["p_value"]
+    oscillation = f"oscillation p = {p:.3g}" if p == p else "oscillation p = –"
+    coverage = iv(stats["slopes"]["coverage"], "+.4f")
+    lag = f"{lag1:+.2f}" if lag1 == lag1 else "–"
+    return f"{oscillation} (lag-1 autocorrelation {lag}), {depth}, coverage slope {coverage}/gen"

@@ -33,8 +33,9 @@ class RunData:
     summaries: pd.DataFrame
     frames: dict[str, pd.DataFrame] = field(default_factory=dict)
     population: pd.DataFrame = field(default_factory=pd.DataFrame)
-    derived: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
-    """Frames computed from ``frames`` once and shared by the report's sections (read-only)."""
+    derived: dict[str, pd.DataFrame] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Frames computed from ``frames`` once and shared by the report's sections (read-only;
+    a ``RunData`` whose frames change is a new one)."""
 
     @property
     def single_agent(self) -> bool:

@@ -14,7 +14,13 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from populora_core.analysis.claims import CLAIM_RULES, claim_verdicts, run_statistics
+from populora_core.analysis.claims import (
+    CLAIM_RULES,
+    claim_evidence,
+    claim_verdicts,
+    run_statistics,
+)
+from populora_core.analysis.claims import format_interval as _iv
 from populora_core.analysis.data import (
     RunData,
     complexity_trends,
@@ -119,12 +125,9 @@ def _examples(data: RunData) -> list[str]:
     return parts
 
 
-def _iv(iv: dict, fmt: str) -> str:
-    return f"{_num(iv['value'], fmt)} [{_num(iv['low'], fmt)}, {_num(iv['high'], fmt)}]"
-
-
 def _claims_section(stats: Sequence[dict], heads: Sequence[dict]) -> list[str]:
-    """The statistics of the paper's claims per run, and each claim's verdict with its rule."""
+    """The statistics of the paper's claims per run, each claim's verdict with the figures it
+    was read from, and the rules."""
     lines = [
         "## The paper's claims: statistics (95% intervals)",
         "",
@@ -151,23 +154,11 @@ def _claims_section(stats: Sequence[dict], heads: Sequence[dict]) -> list[str]:
     for st, h in zip(stats, heads, strict=True):
         lag1 = h["fresh_solve_rate_oscillation"]["lag1_autocorr"]
         for claim, verdict in claim_verdicts(st, lag1).items():
-            lines.append(f"- **{st['run']}: {verdict}** ({claim.replace('_', ' ')}): {_evidence(st, lag1)}.")
+            lines.append(f"- **{st['run']}: {verdict}** ({claim.replace('_', ' ')}): {claim_evidence(st, lag1)}.")
             claims.append(claim)
     lines += ["", "How each verdict is read:", ""]
     lines += [f"- *{claim.replace('_', ' ')}*: {CLAIM_RULES[claim]}" for claim in dict.fromkeys(claims)]
     return lines
-
-
-def _evidence(st: dict, lag1: float) -> str:
-    """The statistics a run's verdict is read from, with their intervals."""
-    depth = f"AST depth slope {_iv(st['slopes']['ast_depth'], '+.3f')}/gen"
-    if st["single_agent"]:
-        change = _iv(st["fresh_window_change"]["difference"], "+.3f")
-        trivial = _iv(st["trivial_change"]["identity_or_constant"]["difference"], "+.2f")
-        return f"fresh solve rate change {change}, identity-or-constant share change {trivial}, {depth}"
-    p = _num(st["fresh_oscillation"]["p_value"], ".3g")
-    coverage = _iv(st["slopes"]["coverage"], "+.4f")
-    return f"oscillation p = {p} (lag-1 autocorrelation {_num(lag1, '+.2f')}), {depth}, coverage slope {coverage}/gen"
 
 
 def _evaluation_section(runs: Sequence[RunData]) -> list[str]:

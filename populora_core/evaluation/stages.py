@@ -4,7 +4,7 @@ One stage per benchmark writes that benchmark's judged completions to
 ``eval/gen_NNNN/parts/<benchmark>-<settings>.parquet`` (skipped when the file
 exists, so a killed evaluation continues where it stopped; other settings or data
 never collide; delete the part, or the whole ``eval/gen_NNNN``, to judge again).
-Within a benchmark, every ``CHUNK_ITEMS`` items (× every adapter, one batch plan) are
+Within a benchmark, every ``chunk_items`` items (× every model, one batch plan) are
 checkpointed in ``parts/<benchmark>-<settings>.chunks/`` until the part is whole, so a
 kill costs at most one chunk.
 The settings include the token cap actually used (the benchmark's default, or the
@@ -27,7 +27,7 @@ from populora_core.artifacts import read_parquet, write_parquet_atomic, write_te
 from populora_core.evaluation.benchmarks import default_max_new_tokens, load_benchmark
 from populora_core.evaluation.datasets import data_dir as default_data_dir
 from populora_core.evaluation.paired import paired_markdown, paired_table, weakest_verdict
-from populora_core.evaluation.runner import evaluate
+from populora_core.evaluation.runner import RESULT_COLUMNS, evaluate
 from populora_core.evaluation.tables import (
     comparison,
     comparison_markdown,
@@ -38,23 +38,41 @@ from populora_core.evaluation.tables import (
 from populora_core.inference.base import BASE
 from populora_core.runs import RunDir
 
-CHUNK_ITEMS = 16
-"""Items per checkpoint of a benchmark's evaluation (each judged by every adapter)."""
+CHUNK_REQUESTS = 256
+"""Completions per checkpoint of a benchmark's evaluation: ``chunk_items`` gives each chunk
+this many items × models (at least 16 items): a kill on a CPU costs at most one chunk, and a
+GPU engine still gets hundreds of requests per call."""
 
 
-def settings_key(
-    data_dir: Path, limit: int | None, max_new_tokens: int, include_base: bool, chunk_items: int = CHUNK_ITEMS
-) -> str:
+def chunk_items(models: int) -> int:
+    """Items per chunk for ``models`` models (``CHUNK_REQUESTS``)."""
+    return max(16, -(-CHUNK_REQUESTS // max(1, models)))
+
+
+def settings_key(data_dir: Path, limit: int | None, max_new_tokens: int, include_base: bool, chunk: int) -> str:
     """Names a part by what it depends on, so other settings (or other data) never reuse it;
     the chunk size too, as it decides which completions share a batch."""
     data = hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:8]
-    return f"n{limit or 'all'}-t{max_new_tokens}-{'base' if include_base else 'nobase'}-c{chunk_items}-d{data}"
+    return f"n{limit or 'all'}-t{max_new_tokens}-{'base' if include_base else 'nobase'}-c{chunk}-d{data}"
 
 
 def _adapter_by_adapter(results: pd.DataFrame) -> pd.DataFrame:
     """``results``' rows grouped by adapter (in order of first appearance), each in its order."""
     order = {a: i for i, a in enumerate(dict.fromkeys(results["adapter_id"]))}
     return results.sort_values("adapter_id", key=lambda s: s.map(order), kind="stable", ignore_index=True)
+
+
+def _judged_chunk(path: Path, adapters: Sequence[str], items: Sequence) -> pd.DataFrame | None:
+    """The chunk at ``path`` if it holds exactly ``adapters`` × ``items`` (in that order);
+    None when it is absent, or stale (other benchmark files or members: it is removed)."""
+    if not path.is_file():
+        return None
+    frame = read_parquet(path).to_pandas()
+    expected = [(a, i.item_id) for a in adapters for i in items]
+    if list(zip(frame["adapter_id"], frame["item_id"], strict=True)) == expected:
+        return frame
+    path.unlink()
+    return None
 
 
 def evaluate_benchmark(
@@ -66,44 +84,40 @@ def evaluate_benchmark(
     limit: int | None = None,
     max_new_tokens: int | None = None,
     include_base: bool = True,
-    chunk_items: int = CHUNK_ITEMS,
+    chunk: int | None = None,
 ) -> dict:
     """Greedy pass@1 completions of the snapshot's adapters (and the base model) on one
     benchmark, judged (code in the sandbox), at most ``max_new_tokens`` tokens each (None:
-    the benchmark's default), ``chunk_items`` items at a time, each chunk kept until the
-    part is whole; returns {path, rows, cached}."""
+    the benchmark's default), ``chunk`` items at a time (None: ``chunk_items``), each chunk
+    kept until the part is whole; returns {path, rows, cached}."""
     from populora_core.engines import runtime_of
 
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()  # evaluation.datasets
     max_new_tokens = max_new_tokens or default_max_new_tokens(benchmark)
-    key = settings_key(data_dir, limit, max_new_tokens, include_base, chunk_items)
-    path = run.eval_part(generation, benchmark, key)
+    adapters = [*([BASE] if include_base else []), *run.adapter_dirs(generation)]
+    chunk = chunk or chunk_items(len(adapters))
+    path = run.eval_part(generation, benchmark, settings_key(data_dir, limit, max_new_tokens, include_base, chunk))
+    chunks = path.with_suffix(".chunks")
     if path.is_file():
+        shutil.rmtree(chunks, ignore_errors=True)  # left by a kill between the part and the cleanup
         return {"path": str(path), "rows": read_parquet(path).num_rows, "cached": True}
     items = load_benchmark(benchmark, Path(data_dir), limit)
-    chunks = path.with_suffix(".chunks")
-    starts = range(0, len(items), chunk_items)
-    runtime, adapters, frames = None, [], []
+    starts = range(0, len(items), chunk)
+    runtime, frames = None, []
     for k, start in enumerate(starts):
-        chunk = chunks / f"items_{start:05d}.parquet"
-        if chunk.is_file():
-            frames.append(read_parquet(chunk).to_pandas())
-            continue
-        if runtime is None:  # the model is loaded only when a chunk is left to judge
-            runtime = runtime_of(run.config(), run.model_path)
-            served = run.adapter_dirs(generation)
-            runtime.serve(served)
-            adapters = [*([BASE] if include_base else []), *served]
-        part = evaluate(
-            runtime.backend,
-            adapters,
-            items[start : start + chunk_items],
-            runtime.pool,
-            max_new_tokens=max_new_tokens,
-            progress=f"evaluate {benchmark} {k + 1}/{len(starts)}",
-        )
-        write_parquet_atomic(part, chunk)
-        frames.append(part)
+        these, at = items[start : start + chunk], chunks / f"items_{start:05d}.parquet"
+        judged = _judged_chunk(at, adapters, these)
+        if judged is None:
+            if runtime is None:  # the model is loaded only when a chunk is left to judge
+                runtime = runtime_of(run.config(), run.model_path)
+                runtime.serve(run.adapter_dirs(generation))
+            label = f"evaluate {benchmark} {k + 1}/{len(starts)}"
+            judged = evaluate(
+                runtime.backend, adapters, these, runtime.pool, max_new_tokens=max_new_tokens, progress=label
+            )
+            write_parquet_atomic(judged, at)
+        frames.append(judged)
+    frames = frames or [pd.DataFrame(columns=RESULT_COLUMNS)]
     results = _adapter_by_adapter(pd.concat(frames, ignore_index=True))
     write_parquet_atomic(results, path)
     shutil.rmtree(chunks, ignore_errors=True)

@@ -84,13 +84,18 @@ def test_a_killed_evaluation_keeps_its_judged_chunks_and_ends_equal_to_an_uninte
     import pytest
 
     from populora_core.evaluation import stages
+    from populora_core.evaluation.benchmarks import load_benchmark
 
     generation = reference_run.next_generation()
-    settings = {"data_dir": DATA, "limit": 3, "max_new_tokens": 8, "chunk_items": 1}
+    settings = {"data_dir": DATA, "limit": 3, "max_new_tokens": 8, "chunk": 1}
     whole = stages.evaluate_benchmark(reference_run, generation, "humaneval", **settings)
     assert not whole["cached"] and not list((reference_run.eval_dir(generation) / "parts").glob("*.chunks"))
     uninterrupted = pd.read_parquet(whole["path"])
-    assert uninterrupted["item_id"].nunique() == 3 and uninterrupted["adapter_id"].iloc[0] == "__base__"
+    models = ["__base__", *reference_run.adapter_dirs(generation)]
+    ids = [i.item_id for i in load_benchmark("humaneval", DATA, 3)]
+    assert list(zip(uninterrupted["adapter_id"], uninterrupted["item_id"], strict=True)) == [
+        (m, i) for m in models for i in ids
+    ]  # model by model, as one call over every item gave it
 
     real, calls, kill = stages.evaluate, [], [True]
 

@@ -12,6 +12,7 @@ import pytest
 from populora_core.evaluation import stages
 from populora_core.evaluation.benchmarks import BENCHMARKS, default_max_new_tokens, family, get_benchmark
 from populora_core.evaluation.tables import comparison, markdown_table, pass_at_1, scores_table
+from tests.core.evaluation.conftest import DATA
 
 # pass@1 per (model, benchmark) of a hand-made population: two adapters and the base model
 SCORES = {
@@ -76,6 +77,7 @@ class _Run:
 
     def __init__(self, root: Path, single_agent: bool = False) -> None:
         self.root, self.run_id, self.single_agent = root, root.name, single_agent
+        self.model_path = root / "model"
 
     def config(self) -> SimpleNamespace:
         return SimpleNamespace(population=SimpleNamespace(single_agent=self.single_agent))
@@ -85,6 +87,9 @@ class _Run:
 
     def eval_part(self, generation: int, benchmark: str, settings: str) -> Path:
         return self.eval_dir(generation) / "parts" / f"{benchmark}-{settings}.parquet"
+
+    def adapter_dirs(self, generation: int) -> dict[str, Path]:
+        return {name: self.root / name for name in ("a", "b")}
 
 
 def test_comparison_table_is_written_beside_the_first_run(tmp_path):
@@ -111,12 +116,47 @@ def test_token_caps_are_per_benchmark_and_name_the_parts(tmp_path):
     assert {family(b) for b in BENCHMARKS} == {"code", "math", "code reasoning"}
     run = _Run(tmp_path / "R")
     for cap, expected in ((None, "t2048"), (64, "t64")):  # a part already judged is found by its settings
-        key = stages.settings_key(tmp_path, None, 2048 if cap is None else cap, True)
+        key = stages.settings_key(tmp_path, None, 2048 if cap is None else cap, True, stages.chunk_items(3))
         part = run.eval_part(0, "aime24", key)
         part.parent.mkdir(parents=True, exist_ok=True)
         pd.DataFrame({"x": [1]}).to_parquet(part)
+        part.with_suffix(".chunks").mkdir()  # left by a kill after the part was written
         out = stages.evaluate_benchmark(run, 0, "aime24", data_dir=tmp_path, max_new_tokens=cap)
-        assert out["cached"] and f"-{expected}-" in out["path"]
+        assert out["cached"] and f"-{expected}-" in out["path"] and not part.with_suffix(".chunks").exists()
+    assert stages.chunk_items(3) * 3 >= stages.CHUNK_REQUESTS and stages.chunk_items(100) == 16
+
+
+def test_chunks_of_other_items_are_judged_again_and_the_part_is_model_by_model(tmp_path, monkeypatch):
+    """A stand-in for generation (``evaluate`` replaced: no model) records what each chunk asks."""
+    from populora_core import engines
+    from populora_core.evaluation.benchmarks import load_benchmark
+
+    asked = []
+
+    def judged_by_the_stand_in(backend, adapters, items, pool, **kwargs):
+        asked.append([i.item_id for i in items])
+        rows = [
+            {"benchmark": "humaneval", "item_id": i.item_id, "adapter_id": a, "correct": True}
+            for a in adapters
+            for i in items
+        ]
+        return pd.DataFrame(rows)
+
+    runtime = SimpleNamespace(backend=None, pool=None, serve=lambda served: None)
+    monkeypatch.setattr(engines, "runtime_of", lambda config, model: runtime)
+    monkeypatch.setattr(stages, "evaluate", judged_by_the_stand_in)
+    run, ids = _Run(tmp_path / "R"), [i.item_id for i in load_benchmark("humaneval", DATA, 5)]
+    part = run.eval_part(0, "humaneval", stages.settings_key(DATA, 5, 8, True, 2))
+    stale = pd.DataFrame({"adapter_id": ["__base__", "a"], "item_id": ["other/0", "other/0"]})
+    (part.with_suffix(".chunks")).mkdir(parents=True)
+    stale.to_parquet(part.with_suffix(".chunks") / "items_00000.parquet")  # from other benchmark files
+    out = stages.evaluate_benchmark(run, 0, "humaneval", data_dir=DATA, limit=5, max_new_tokens=8, chunk=2)
+    assert asked == [ids[0:2], ids[2:4], ids[4:5]]  # the stale chunk was judged again
+    results = pd.read_parquet(out["path"])
+    assert list(zip(results["adapter_id"], results["item_id"], strict=True)) == [
+        (a, i) for a in ("__base__", "a", "b") for i in ids
+    ]
+    assert not part.with_suffix(".chunks").exists()
 
 
 def test_unknown_benchmark_lists_the_valid_names():
