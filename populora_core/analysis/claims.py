@@ -95,15 +95,15 @@ def _windows(gens: list[int], window: int) -> tuple[list[int], list[int]]:
     return (gens[:window], gens[-window:]) if window else ([], [])
 
 
-def window_change(data: RunData, window: int = WINDOW) -> dict:
+def window_change(data: RunData, window: int = WINDOW, answers: pd.DataFrame | None = None) -> dict:
     """The fresh solve rate of the first and the last ``window`` generations and their
     difference (last − first) with its 95% interval from the windows' standard errors. A run
     shorter than two windows gets two halves (``window`` says the length used); one
-    generation gives NaN."""
+    generation gives NaN. ``answers``: the run's ``fresh_answers``, if already computed."""
     gens = data.generations
     first, last = _windows(gens, window)
     window = len(first)
-    answers = fresh_answers(data)
+    answers = fresh_answers(data) if answers is None else answers
     if not window:
         a = b = {"rate": float("nan"), "se": float("nan"), "binomial_se": float("nan"), "n": 0, "problems": 0}
         first = last = gens[:1]
@@ -190,12 +190,13 @@ def trivial_change(data: RunData, window: int = WINDOW) -> dict[str, dict]:
 def run_statistics(data: RunData, window: int = WINDOW, single_agent: bool | None = None) -> dict:
     """Every statistic above for one run (JSON-ready: intervals as dicts). ``single_agent``:
     whether the run is a single-agent baseline (default: ``RunData.single_agent``)."""
-    rates = per_generation_rates(data)
+    answers = fresh_answers(data)
+    rates = per_generation_rates(data, answers)
     return {
         "run": data.label,
         "single_agent": data.single_agent if single_agent is None else bool(single_agent),
         "generations": len(data.generations),
-        "fresh_window_change": window_change(data, window),
+        "fresh_window_change": window_change(data, window, answers),
         "fresh_oscillation": oscillation_test(rates),
         "fresh_per_generation_answers": {
             "median": float(rates["n"].median()),
@@ -251,11 +252,14 @@ def claim_verdicts(stats: dict, lag1: float = float("nan")) -> dict[str, str]:
     return {"arms_race": "cannot tell"}
 
 
+def format_number(value: float, fmt: str = "+.3f") -> str:
+    """``value`` in ``fmt``; NaN as –."""
+    return "–" if value != value else format(value, fmt)
+
+
 def format_interval(interval: dict, fmt: str) -> str:
     """``value [low, high]`` of an ``Interval`` dict, each in ``fmt`` (NaN: –)."""
-    value, low, high = (
-        format(interval[k], fmt) if interval[k] == interval[k] else "–" for k in ("value", "low", "high")
-    )
+    value, low, high = (format_number(interval[k], fmt) for k in ("value", "low", "high"))
     return f"{value} [{low}, {high}]"
 
 
@@ -267,8 +271,7 @@ def claim_evidence(stats: dict, lag1: float = float("nan")) -> str:
         change = iv(stats["fresh_window_change"]["difference"], "+.3f")
         trivial = iv(stats["trivial_change"]["identity_or_constant"]["difference"], "+.2f")
         return f"fresh solve rate change {change}, identity-or-constant share change {trivial}, {depth}"
-    p = stats["fresh_oscillation"]["p_value"]
-    oscillation = f"oscillation p = {p:.3g}" if p == p else "oscillation p = –"
+    p = format_number(stats["fresh_oscillation"]["p_value"], ".3g")
     coverage = iv(stats["slopes"]["coverage"], "+.4f")
-    lag = f"{lag1:+.2f}" if lag1 == lag1 else "–"
-    return f"{oscillation} (lag-1 autocorrelation {lag}), {depth}, coverage slope {coverage}/gen"
+    lag = format_number(lag1, "+.2f")
+    return f"oscillation p = {p} (lag-1 autocorrelation {lag}), {depth}, coverage slope {coverage}/gen"

@@ -33,9 +33,6 @@ class RunData:
     summaries: pd.DataFrame
     frames: dict[str, pd.DataFrame] = field(default_factory=dict)
     population: pd.DataFrame = field(default_factory=pd.DataFrame)
-    derived: dict[str, pd.DataFrame] = field(default_factory=dict, init=False, repr=False, compare=False)
-    """Frames computed from ``frames`` once and shared by the report's sections (read-only;
-    a ``RunData`` whose frames change is a new one)."""
 
     @property
     def single_agent(self) -> bool:
@@ -152,16 +149,12 @@ def dynamics(data: RunData) -> pd.DataFrame:
 
 
 def fresh_answers(data: RunData) -> pd.DataFrame:
-    """Every answer to a fresh valid problem: (generation, teacher_id, problem_id, correct).
-    Computed once per ``RunData``."""
-    if "fresh_answers" in data.derived:
-        return data.derived["fresh_answers"]
+    """Every answer to a fresh valid problem: (generation, teacher_id, problem_id, correct)."""
     p = data["problems"]
     fresh = p.loc[(p["source"] == "fresh") & p["valid"], ["generation", "teacher_id", "problem_id"]]
     keys = ["generation", "teacher_id", "problem_id"]
     v = data["verdicts"].merge(fresh.drop_duplicates(), on=keys, how="inner")
-    data.derived["fresh_answers"] = v.assign(correct=v["status"] == "correct")[[*keys, "correct"]]
-    return data.derived["fresh_answers"]
+    return v.assign(correct=v["status"] == "correct")[[*keys, "correct"]]
 
 
 def problem_clusters(answers: pd.DataFrame) -> pd.DataFrame:
@@ -170,10 +163,11 @@ def problem_clusters(answers: pd.DataFrame) -> pd.DataFrame:
     return grouped.reset_index()[["generation", "k", "n"]]
 
 
-def per_generation_rates(data: RunData) -> pd.DataFrame:
+def per_generation_rates(data: RunData, answers: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per generation: the fresh solve rate with its cluster-robust standard error (NaN with
-    fewer than two problems) and the answers and problems behind it."""
-    answers = fresh_answers(data)
+    fewer than two problems) and the answers and problems behind it (``answers``: the run's
+    ``fresh_answers``, if already computed)."""
+    answers = fresh_answers(data) if answers is None else answers
     rows = []
     for g in data.generations:
         c = problem_clusters(answers[answers["generation"] == g])

@@ -21,6 +21,7 @@ from populora_core.analysis.claims import (
     run_statistics,
 )
 from populora_core.analysis.claims import format_interval as _iv
+from populora_core.analysis.claims import format_number as _num
 from populora_core.analysis.data import (
     RunData,
     complexity_trends,
@@ -41,10 +42,6 @@ PLOTS: tuple[str, ...] = tuple(DRAW)
 
 def _pct(value: float) -> str:
     return "–" if value != value else f"{value:.0%}"
-
-
-def _num(value: float, fmt: str = "+.3f") -> str:
-    return "–" if value != value else format(value, fmt)
 
 
 def _headline_table(heads: Sequence[dict]) -> list[str]:

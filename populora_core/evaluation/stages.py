@@ -94,7 +94,8 @@ def evaluate_benchmark(
 
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()  # evaluation.datasets
     max_new_tokens = max_new_tokens or default_max_new_tokens(benchmark)
-    adapters = [*([BASE] if include_base else []), *run.adapter_dirs(generation)]
+    served = run.adapter_dirs(generation)
+    adapters = [*([BASE] if include_base else []), *served]
     chunk = chunk or chunk_items(len(adapters))
     path = run.eval_part(generation, benchmark, settings_key(data_dir, limit, max_new_tokens, include_base, chunk))
     chunks = path.with_suffix(".chunks")
@@ -110,7 +111,7 @@ def evaluate_benchmark(
         if judged is None:
             if runtime is None:  # the model is loaded only when a chunk is left to judge
                 runtime = runtime_of(run.config(), run.model_path)
-                runtime.serve(run.adapter_dirs(generation))
+                runtime.serve(served)
             label = f"evaluate {benchmark} {k + 1}/{len(starts)}"
             judged = evaluate(
                 runtime.backend, adapters, these, runtime.pool, max_new_tokens=max_new_tokens, progress=label
