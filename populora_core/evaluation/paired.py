@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from populora_core.inference.base import BASE
-from populora_core.metrics.stats import mcnemar_exact, paired_bootstrap
+from populora_core.metrics.stats import mcnemar_exact, paired_bootstrap, wilson
 
 ALL = "all items"
 WEAKEST = "weakest member"
@@ -99,6 +99,50 @@ def paired_table(runs: Mapping[str, pd.DataFrame], single_agent: Sequence[str] =
         for row in compare(models[a], models[b], seed=seed, mcnemar=not a.endswith(MEAN) and not b.endswith(MEAN))
     ]
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def model_intervals(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """pass@1 of every single model of ``runs`` (the first run's base model, each run's
+    adapters; not the weakest-member and mean rows, which pick or pool) per benchmark and
+    over all items: items, passed, and the 95% Wilson interval."""
+    models: dict[str, pd.Series] = {}
+    for k, (label, results) in enumerate(runs.items()):
+        chosen = run_models(label, results, with_base=k == 0).items()
+        models |= {name: s for name, s in chosen if not name.endswith(MEAN) and f": {WEAKEST} (" not in name}
+    rows = []
+    for name, scores in models.items():
+        scores = scores.dropna()
+        parts = list(scores.groupby(level="benchmark"))
+        if len(parts) > 1:
+            parts.append((ALL, scores))
+        for bench, part in parts:
+            iv = wilson(float(part.sum()), len(part))
+            rows.append(
+                {"model": name, "benchmark": bench, "n": len(part), "passed": int(part.sum())}
+                | {"pass@1": iv.value, "low": iv.low, "high": iv.high}
+            )
+    return pd.DataFrame(rows, columns=["model", "benchmark", "n", "passed", "pass@1", "low", "high"])
+
+
+def intervals_markdown(table: pd.DataFrame) -> str:
+    """``model_intervals`` as a Markdown table: a row per model, a column per benchmark
+    (its item count in the header, or in each cell where models differ)."""
+    benches = list(dict.fromkeys(table["benchmark"]))
+    counts = {b: set(table.loc[table["benchmark"] == b, "n"]) for b in benches}
+    header = [f"{b} ({next(iter(counts[b]))} items)" if len(counts[b]) == 1 else b for b in benches]
+    lines = ["| model | " + " | ".join(header) + " |", "|---" * (len(benches) + 1) + "|"]
+    for model, part in table.groupby("model", sort=False):
+        by = part.set_index("benchmark")
+        cells = []
+        for b in benches:
+            if b not in by.index:
+                cells.append("–")
+                continue
+            r = by.loc[b]
+            n = "" if len(counts[b]) == 1 else f" (n = {int(r['n'])})"
+            cells.append(f"{r['pass@1']:.3f} [{r['low']:.3f}, {r['high']:.3f}]{n}")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _fmt(value: object, spec: str) -> str:

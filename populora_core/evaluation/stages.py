@@ -26,7 +26,13 @@ import pandas as pd
 from populora_core.artifacts import read_parquet, write_parquet_atomic, write_text_atomic
 from populora_core.evaluation.benchmarks import default_max_new_tokens, load_benchmark
 from populora_core.evaluation.datasets import data_dir as default_data_dir
-from populora_core.evaluation.paired import paired_markdown, paired_table, weakest_verdict
+from populora_core.evaluation.paired import (
+    intervals_markdown,
+    model_intervals,
+    paired_markdown,
+    paired_table,
+    weakest_verdict,
+)
 from populora_core.evaluation.runner import RESULT_COLUMNS, evaluate
 from populora_core.evaluation.tables import (
     comparison,
@@ -166,7 +172,9 @@ def comparison_table(runs: Sequence[tuple[RunDir, int]]) -> dict:
     write_parquet_atomic(pairs, out / "paired.parquet")
     verdicts = [f"- {pair}: {verdict}" for pair, verdict in weakest_verdict(pairs).items()]
     paired = (
-        f"# Paired comparisons, {', '.join(tables)}\n\n{paired_markdown(pairs)}\n\n"
+        f"# Paired comparisons, {', '.join(tables)}\n\n"
+        f"pass@1 of every model [95% Wilson interval]:\n\n{intervals_markdown(model_intervals(results))}\n\n"
+        f"Item by item:\n\n{paired_markdown(pairs)}\n\n"
         "The weakest member beats the baseline (over all items: its interval above 0 supports, "
         "below 0 contradicts, else cannot tell):\n\n" + ("\n".join(verdicts) or "- no population and baseline pair")
     )

@@ -7,7 +7,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from populora_core.evaluation.paired import ALL, compare, paired_table, run_models, weakest_verdict
+from populora_core.evaluation.paired import (
+    ALL,
+    compare,
+    intervals_markdown,
+    model_intervals,
+    paired_table,
+    run_models,
+    weakest_verdict,
+)
+from populora_core.metrics.stats import wilson
 
 
 def _results(passed: dict[str, dict[str, list[int]]]) -> pd.DataFrame:
@@ -71,3 +80,29 @@ def test_a_baseline_better_on_many_items_contradicts_and_ties_pick_the_first_mem
     assert weakest_verdict(table) == {"P: weakest member (m1) vs S: s": "contradicts"}
     every = table.set_index(["a", "b", "benchmark"]).loc[("P: weakest member (m1)", "S: s", ALL)]
     assert (every["only_a"], every["only_b"]) == (0, 40) and every["p_value"] < 1e-9
+
+
+def test_every_single_model_gets_its_pass_at_1_with_a_wilson_interval_and_its_item_count():
+    pop = _results(
+        {
+            "__base__": {"humanevalplus": [1, 0, 0, 0], "mbppplus": [1, 0, 0, 0, 0, 0]},
+            "a": {"humanevalplus": [1, 1, 1, 1], "mbppplus": [1, 1, 1, 0, 0, 0]},
+            "b": {"humanevalplus": [1, 1, 1, 0], "mbppplus": [0, 0, 0, 0, 0, 0]},
+        }
+    )
+    baseline = _results({"__base__": {"humanevalplus": [0] * 4}, "s": {"humanevalplus": [0, 0, 1, 1]}})
+    table = model_intervals({"P": pop, "S": baseline})
+    # single models only: the base model once (the first run's), no weakest-member or mean rows
+    assert list(dict.fromkeys(table["model"])) == ["base model", "P: a", "P: b", "S: s"]
+    row = table.set_index(["model", "benchmark"]).loc[("P: a", ALL)]
+    assert (row["n"], row["passed"]) == (10, 7)
+    iv = wilson(7, 10)
+    assert (row["pass@1"], row["low"], row["high"]) == pytest.approx((iv.value, iv.low, iv.high))
+    assert 0.39 < row["low"] < 0.40 and 0.89 < row["high"] < 0.90  # Wilson, 7 of 10
+    assert (table["model"] == "S: s").sum() == 1  # one benchmark: no all-items row
+    md = intervals_markdown(table)
+    assert "| model | humanevalplus (4 items) | mbppplus (6 items) | all items (10 items) |" in md
+    assert "| S: s | 0.500 [0.150, 0.850] | – | – |" in md
+    assert "| P: b | 0.750 [0.301, 0.954] | 0.000 [0.000, 0.390] | 0.300 [0.108, 0.603] |" in md
+    uneven = model_intervals({"P": pop, "S": _results({"s": {"humanevalplus": [1, 0]}})})
+    assert "| S: s | 0.500 [0.095, 0.905] (n = 2) | – | – |" in intervals_markdown(uneven)

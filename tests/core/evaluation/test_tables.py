@@ -106,6 +106,7 @@ def test_comparison_table_is_written_beside_the_first_run(tmp_path):
     paired = (tmp_path / "A" / "eval" / "paired.md").read_text()
     assert out["paired"] == str(tmp_path / "A" / "eval" / "paired.md")
     assert "- A gen 2: weakest member (b) vs B gen 2: c: cannot tell" in paired
+    assert "| B gen 2: c | 0.500 [0.095, 0.905] | 0.000 [0.000, 0.658] |" in paired  # pass@1 [Wilson], aime24 first
     with pytest.raises(FileNotFoundError, match="no evaluation of generation 3"):
         stages.comparison_table([(runs[0], 3)])
 
