@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from populora_core.config import load_config  # noqa: E402
-from populora_core.runs import RunDir, create_run  # noqa: E402
+from populora_core.rundir.run import RunDir, create_run  # noqa: E402
 from populora_core.stages import runner, table  # noqa: E402
 
 
@@ -71,7 +71,7 @@ class RayCluster:
     def __exit__(self, *exc: object) -> None:
         import ray
 
-        from populora_core.runtime import close_runtimes
+        from populora_core.engine.runtime import close_runtimes
 
         close_runtimes()  # the actors of this cluster
         ray.shutdown()
@@ -127,7 +127,7 @@ def cruxeval_jobs(n: int, data: Path) -> list:
 
 
 def verify_seconds(jobs: list, nodes: int, passes: int) -> float:
-    from populora_core.cluster import RaySandboxPool
+    from populora_core.engine.cluster import RaySandboxPool
 
     with RayCluster(nodes, 1) as cluster:
         sets = ["cluster.engine=ray", f"cluster.address={json.dumps(cluster.address)}", "sandbox.workers=1"]

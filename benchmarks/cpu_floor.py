@@ -143,7 +143,8 @@ def measure_project(
     from populora_core.inference.hf import HFBackend
     from populora_core.models import load_model, resolve_model
     from populora_core.population.adapters import create_population, lora_shapes_from_model, save_adapter
-    from populora_core.training.trainer import Rollout, Trainer
+    from populora_core.training.rollouts import Rollout
+    from populora_core.training.trainer import Trainer
 
     path = resolve_model(model_name)
     model, tokenizer = load_model(path, dtype="float32")
@@ -192,9 +193,7 @@ def generation_seconds(source: Path, runs: Path, preset: str) -> float:
     env = dict(os.environ, HF_HUB_OFFLINE="1", PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(source))
     env.pop("PREFECT_API_URL", None)
     args = ["train", "--preset", preset, "--generations", "1", "--run-id", "floor", "--runs-dir", str(runs)]
-    subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args], cwd=source, env=env, check=True, stdout=subprocess.DEVNULL
-    )
+    subprocess.run([sys.executable, "-m", "cli", *args], cwd=source, env=env, check=True, stdout=subprocess.DEVNULL)
     summary = json.loads((runs / "floor" / "gen_0000" / "_SUCCESS").read_text())
     return float(summary["seconds"])
 

@@ -38,7 +38,8 @@ import torch
 from populora_core.inference.base import GenerationRequest, SamplingParams
 from populora_core.inference.hf import HFBackend
 from populora_core.population.lora import LoraAdapter, LoraFactors, delta_change
-from populora_core.training.trainer import Rollout, Trainer
+from populora_core.training.rollouts import Rollout
+from populora_core.training.trainer import Trainer
 
 QWEN_CODER_7B = {  # Qwen/Qwen2.5-Coder-7B's config.json (the architecture's fields)
     "hidden_size": 3584,

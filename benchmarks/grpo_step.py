@@ -30,7 +30,8 @@ import torch
 
 from populora_core.config import GRPOConfig
 from populora_core.models import load_model, resolve_model
-from populora_core.training.trainer import Rollout, update_adapter
+from populora_core.training.rollouts import Rollout
+from populora_core.training.trainer import update_adapter
 
 CHECKPOINTING = False
 # Gradient checkpointing off on both sides: TRL's Trainer only switches it on inside

@@ -37,11 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pandas as pd
 
-from populora_core.artifacts import read_artifact
 from populora_core.config import RunConfig, load_config
-from populora_core.engines import runtime_of
-from populora_core.runs import RunDir, create_run
-from populora_core.runtime import Runtime
+from populora_core.engine import runtime_of
+from populora_core.engine.runtime import Runtime
+from populora_core.rundir.artifacts import read_artifact
+from populora_core.rundir.run import RunDir, create_run
 from populora_core.stages import runner, table
 
 

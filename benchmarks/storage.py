@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from populora_core.storage import unique_bytes  # noqa: E402
+from populora_core.rundir.storage import unique_bytes  # noqa: E402
 
 BEFORE = "3d7de45"
 """The last commit before linking and optimizer retention (issue #13)."""
@@ -66,7 +66,7 @@ def train(source: Path, runs: Path, preset: str, generations: int) -> Path:
     args = ["train", "--preset", preset, "--generations", str(generations), "--run-id", "storage"]
     started = time.time()
     subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args, "--runs-dir", str(runs)],
+        [sys.executable, "-m", "cli", *args, "--runs-dir", str(runs)],
         cwd=source,
         env=env,
         check=True,
@@ -126,10 +126,10 @@ def simulated(preset: str, model_config: dict, scratch: Path, generations: int =
     from populora_core.config import load_config
     from populora_core.population.adapters import create_population, load_adapter, lora_shapes, save_population
     from populora_core.population.lora import LoraAdapter, LoraFactors
-    from populora_core.runs import RunDir
+    from populora_core.rundir.run import RunDir
+    from populora_core.rundir.storage import drop_optimizer_states
     from populora_core.stages.evolve import evolve
     from populora_core.stages.learn import save_updated
-    from populora_core.storage import drop_optimizer_states
 
     config = load_config(None, preset=preset)
     layers = model_config["num_hidden_layers"]

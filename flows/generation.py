@@ -21,7 +21,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from populora_core.config import ConfigError
-from populora_core.runs import default_runs_dir, open_run
+from populora_core.rundir.run import default_runs_dir, open_run
 from tasks.orphans import crash_orphans
 from tasks.stages import finish_generation, remove_damaged, stage_names, stage_task
 

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 from populora_core.config import ConfigError, load_config
-from populora_core.links import link_tree
-from populora_core.runs import RunDir, build_run, check_run_id
+from populora_core.rundir.links import link_tree
+from populora_core.rundir.run import RunDir, build_run, check_run_id
+from populora_core.rundir.storage import optimizer_dropped
 from populora_core.stages import runner, table
-from populora_core.storage import optimizer_dropped
 
 
 def prepare_replay(

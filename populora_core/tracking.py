@@ -47,8 +47,8 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from populora_core.artifacts import SUCCESS
-from populora_core.runs import RunDir
+from populora_core.rundir.artifacts import SUCCESS
+from populora_core.rundir.run import RunDir
 
 STATE = "tracking"
 """The key of ``run.json`` holding the tracking runs' ids."""

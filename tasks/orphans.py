@@ -3,7 +3,7 @@
 A SIGKILLed CLI run, or a worker that died, never reports its end: the Prefect
 server keeps its flow run, its generation subflow and the stage task in progress
 Running forever, and refuses to retry them. Whoever holds the run's lock
-(``populora_core.runlock``) is the only live process working on the run, so every
+(``populora_core.rundir.lock``) is the only live process working on the run, so every
 other Running flow run of the same run directory is an orphan. ``crash_orphans``
 finds them by name (``<run_id>`` for a training flow, ``<run_id>/gen_NNNN`` for a
 generation) and by the run directory in their parameters, and sets them and their
@@ -20,7 +20,7 @@ import socket
 from pathlib import Path
 from uuid import UUID
 
-from populora_core.runs import RunDir, default_runs_dir
+from populora_core.rundir.run import RunDir, default_runs_dir
 
 _LIVE = ("RUNNING", "CANCELLING")
 

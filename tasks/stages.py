@@ -19,8 +19,8 @@ from collections.abc import Callable
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from populora_core import storage
-from populora_core.runs import ATTEMPT_ID, RunDir, open_run
+from populora_core.rundir import storage
+from populora_core.rundir.run import ATTEMPT_ID, RunDir, open_run
 from populora_core.stages import runner, summary, table
 from tasks.tracking import sync_run
 

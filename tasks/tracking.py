@@ -10,7 +10,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import MissingContextError
 
 from populora_core import tracking
-from populora_core.runs import RunDir, open_run
+from populora_core.rundir.run import RunDir, open_run
 
 
 def warn(lines: list[str]) -> None:

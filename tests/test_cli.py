@@ -11,7 +11,7 @@ import sys
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}
     return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, timeout=300, check=False, env=env
+        [sys.executable, "-m", "cli", *args], capture_output=True, text=True, timeout=300, check=False, env=env
     )
 
 
@@ -62,7 +62,7 @@ def test_a_config_with_the_old_problems_time_limit_loads_with_it_in_the_sandbox(
 
 def test_unavailable_backend_fails_with_a_message():
     proc = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "verify", "--demo", "--backend", "docker"],
+        [sys.executable, "-m", "cli", "verify", "--demo", "--backend", "docker"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -76,7 +76,7 @@ def test_unavailable_backend_fails_with_a_message():
 def test_the_generation_table_fits_80_columns_and_wide_shows_every_column():
     from rich.console import Console
 
-    from flows.commands import NARROW, _generations_table
+    from cli.common import NARROW, generations_table
 
     summary = {
         "generation": 12,
@@ -97,7 +97,7 @@ def test_the_generation_table_fits_80_columns_and_wide_shows_every_column():
     run = type("Run", (), {"run_id": "cpu-small-20261201-120000", "summaries": lambda self: [summary]})()
     for wide, width in ((False, 80), (True, 200)):
         console = Console(width=width, record=True)
-        console.print(_generations_table(run, wide=wide))
+        console.print(generations_table(run, wide=wide))
         text = console.export_text()
         assert "…" not in text, text
         assert "38%" in text and "-0.12" in text and "434" in text

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from populora_core.artifacts import ArtifactError
 from populora_core.metrics.coverage import REFERENCE_CALIBRATION, cvt_centroids, problem_cells
 from populora_core.metrics.dynamics import oscillation, problem_triviality, solve_rates_by_source
 from populora_core.metrics.stats import Interval, cluster_rate, design_effect, mean_interval, wilson
-from populora_core.runs import RunDir
+from populora_core.rundir.artifacts import ArtifactError
+from populora_core.rundir.run import RunDir
 from populora_core.stages.runner import check_intact
 
 GATHERED = ("problems", "verdicts", "rewards", "ratings", "lineage", "coverage", "proposals")

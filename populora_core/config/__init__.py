@@ -22,10 +22,10 @@ from populora_core.config.components import (
     SandboxBackendName,
     SandboxConfig,
 )
+from populora_core.config.errors import ConfigError
 from populora_core.config.presets import (
     DEFAULT_PRESET,
     PRESETS,
-    ConfigError,
     config_to_yaml,
     load_config,
     parse_override,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from populora_core.config.errors import ConfigError
 from populora_core.config.run import RunConfig
 
 
@@ -20,23 +21,18 @@ def _merge(base: dict, update: dict) -> dict:
 # presets ------------------------------------------------------------------------
 PRESETS: dict[str, dict] = {
     "cpu-tiny": {
-        # Plumbing only: SmolLM2-135M never writes valid code (measured: 0 of 32 proposals valid), so every
-        # stage runs on buffer top-ups; seconds per generation on 2 cores.
+        # Plumbing only: SmolLM2-135M never writes valid code (docs/runs.md#presets)
         "generations": 2,
         "model": {"name": "embedded:smollm2-135m-instruct", "threads": 2},
-        # 48 student tokens: with the worked example in the prompt, 24 cut every answer before its
-        # </answer> (the cluster's fault test sets its own cap: it needs an answer in the sandbox)
+        # 48 student tokens: 24 cut every answer before </answer> (docs/runs.md#presets)
         "inference": {"batch_size": 16, "teacher_max_new_tokens": 32, "student_max_new_tokens": 48},
         "budget": {"proposals_per_teacher": 2, "problems_per_match": 2, "samples_per_problem": 2, "references": 1},
         "population": {"teachers": 2, "students": 2, "rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]},
         "evolution": {"every_k": 1, "replace_fraction": 0.5},
         "grpo": {"micro_batch_size": 8, "gradient_checkpointing": False, "learning_rate": 1e-4},
-        # No probe: SmolLM2 answers every probe item with a format error (measured), so drift says
-        # nothing here, and its greedy answers cost ~21 s of a ~85 s generation; the drift
-        # tests turn it on (`probe.items`).
+        # No probe: SmolLM2's drift says nothing (docs/runs.md#presets); the drift tests turn it on
         "probe": {"items": 0},
-        # the run's CVT centroids: k-means on 10,000 samples took 0.25 s here, on the default 50,000
-        # about 6 s, paid by every new run (the test suite starts dozens)
+        # CVT centroids from 10,000 samples: cheap for every new run (docs/runs.md#presets)
         "coverage": {"samples": 10_000},
     },
     "cpu-small": {
@@ -47,32 +43,13 @@ PRESETS: dict[str, dict] = {
         "budget": {"proposals_per_teacher": 3, "problems_per_match": 3, "samples_per_problem": 4, "references": 1},
         "population": {"teachers": 4, "students": 4, "rank": 16, "alpha": 32.0},
         "evolution": {"every_k": 2, "replace_fraction": 0.25},
-        # The update, from the learning check (benchmarks/learning_check.py, docs/results/
-        # learning-check: this model and LoRA shape, 16 samples a step): at lr 2e-4 with 2
-        # optimizer steps a step (`minibatches`: the same forward/backward compute, twice the
-        # steps), format errors fell from 56% to 0% in 10 steps and every held-out greedy
-        # answer changed; at the former 1e-5 (one step) thirty generations left every member's
-        # greedy answers equal to the base's. No activation checkpointing, as cpu-arms-race
-        # (its comment: one cpu-small update took 78 s without, 116 s with; two processes at
-        # micro-batches of 4 held ~20 GB of 24, so one holds about 10).
+        # The learning check's update, no activation checkpointing (docs/runs.md#presets)
         "grpo": {"micro_batch_size": 4, "learning_rate": 2e-4, "minibatches": 2, "gradient_checkpointing": False},
-        # drift every generation: 4 probe items x (8 members + the base) = 36 greedy answers,
-        # against the 48-60 samples of the solve stage
+        # drift every generation: 36 greedy answers (docs/runs.md#presets)
         "probe": {"items": 4},
     },
     "paper-7b": {
-        # The PopuLoRA paper's population (4 + 4, rank 32, α 64) on a GPU node with vLLM.
-        # Base model: the base Coder model, as Absolute Zero Reasoner's Coder-7B run does
-        # (its scripts/selfplay/coder7b.sh: Qwen/Qwen2.5-Coder-7B, full fine-tuning at lr
-        # 1e-6). Learning rate and steps: AdamW moves every parameter by
-        # about lr per step early on, and a gaussian_b member starts with B ~ N(0, 1e-3²),
-        # so ΔW = (α/r)·B·A moves by ~lr·steps/1e-3 of itself per generation: at Absolute
-        # Zero's full-fine-tuning rate (1e-6, one step) that is 0.1%, invisible; LoRA
-        # wants ~10× the full-fine-tuning rate (Schulman et al., "LoRA Without Regret",
-        # 2025), and 4 minibatch steps per generation over 16 × 8 samples per student give
-        # 2e-5 × 4 / 1e-3 ≈ 8% of the adapter per generation: measurable, not a jump.
-        # (Checked on cpu-small, rank 16: one step at lr 1e-5 moved every member's ΔW by
-        # 1.0% in generation 0 and 0.7% in generation 1, `train_metrics.delta_change`.)
+        # The paper's population on Qwen2.5-Coder-7B with vLLM; model, lr, steps: docs/runs.md#presets
         "generations": 100,
         "model": {"name": "Qwen/Qwen2.5-Coder-7B", "device": "cuda"},
         "inference": {
@@ -118,16 +95,7 @@ def _baseline_of(name: str) -> dict:
 PRESETS["cpu-arms-race"] = _merge(
     PRESETS["cpu-small"],
     {
-        # The long CPU run (benchmarks/arms_race.py; docs/results/arms-race-powered has its
-        # power calculation): cpu-small's model, LoRA shape and update (the learning check's
-        # lr 2e-4, 2 optimizer steps a generation), cut to 2 + 2 and one thread so it runs
-        # beside its baseline. 16 proposals per teacher: at the ~50% validity cpu-small
-        # measured (58% in a fresh clone's generation 1), ~8 fresh problems a teacher, 4
-        # samples each, ~64 fresh judged samples a generation (~32 for the baseline, which
-        # gets one teacher's proposals); the first run, at 2 proposals and one problem a
-        # match, judged 4-16 and could tell nothing. Micro-batches of 2: two processes side by
-        # side held ~20 of 24 GB with 4 (no activation checkpointing: 78 s an update
-        # without, 116 s with, on cpu-small).
+        # The long CPU run (benchmarks/arms_race.py): cpu-small cut to 2 + 2 (docs/runs.md#presets)
         "generations": 30,
         "model": {"threads": 1},
         "budget": {"proposals_per_teacher": 16, "problems_per_match": 4},
@@ -139,10 +107,6 @@ PRESETS["cpu-arms-race"] = _merge(
 PRESETS["cpu-tiny-baseline"] = _baseline_of("cpu-tiny")
 PRESETS["cpu-small-baseline"] = _baseline_of("cpu-small")
 PRESETS["cpu-arms-race-baseline"] = _baseline_of("cpu-arms-race")
-
-
-class ConfigError(ValueError):
-    """A run configuration that cannot be used; the message names the field."""
 
 
 def parse_override(text: str) -> dict:

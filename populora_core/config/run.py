@@ -111,7 +111,7 @@ class BaselineConfig(_Frozen):
 
 
 class StorageConfig(_Frozen):
-    """What a run keeps on disk (populora_core/runs.py, population/adapters.py)."""
+    """What a run keeps on disk (populora_core/rundir/run.py, population/adapters.py)."""
 
     optimizer_snapshots: int = Field(1, ge=0)
     """Snapshots (newest first) that keep each adapter's optimizer state; older snapshots keep
@@ -156,7 +156,7 @@ class ResourceSpec(_Frozen):
 
 
 class ClusterConfig(_Frozen):
-    """Where a generation's work runs (populora_core/cluster.py). `local`: this process and
+    """Where a generation's work runs (populora_core/engine/cluster.py). `local`: this process and
     its sandbox workers, as always. `ray`: the driver (the Prefect flow) runs the stages in
     order and the cheap ones itself (pair, reward, rate, evolve, measure); the heavy ones
     spread over a Ray cluster: propose and solve over one long-lived inference actor per

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from populora_core.artifacts import read_parquet, write_parquet_atomic, write_text_atomic
 from populora_core.evaluation.benchmarks import default_max_new_tokens, load_benchmark
 from populora_core.evaluation.datasets import data_dir as default_data_dir
 from populora_core.evaluation.paired import (
@@ -42,7 +41,8 @@ from populora_core.evaluation.tables import (
     scores_table,
 )
 from populora_core.inference.base import BASE
-from populora_core.runs import RunDir
+from populora_core.rundir.artifacts import read_parquet, write_parquet_atomic, write_text_atomic
+from populora_core.rundir.run import RunDir
 
 CHUNK_REQUESTS = 256
 """Completions per checkpoint of a benchmark's evaluation: ``chunk_items`` gives each chunk
@@ -96,7 +96,7 @@ def evaluate_benchmark(
     benchmark, judged (code in the sandbox), at most ``max_new_tokens`` tokens each (None:
     the benchmark's default), ``chunk`` items at a time (None: ``chunk_items``), each chunk
     kept until the part is whole; returns {path, rows, cached}."""
-    from populora_core.engines import runtime_of
+    from populora_core.engine import runtime_of
 
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()  # evaluation.datasets
     max_new_tokens = max_new_tokens or default_max_new_tokens(benchmark)

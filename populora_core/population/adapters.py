@@ -30,11 +30,11 @@ import pandas as pd
 import torch
 from safetensors.torch import load_file, save_file
 
-from populora_core.artifacts import write_artifact, write_dir_atomic, write_file_atomic
 from populora_core.config import PopulationConfig, RatingConfig
-from populora_core.links import link_tree
 from populora_core.models import portable_base_model
 from populora_core.population.lora import LoraAdapter, LoraFactors
+from populora_core.rundir.artifacts import write_artifact, write_dir_atomic, write_file_atomic
+from populora_core.rundir.links import link_tree
 from populora_core.seeding import torch_generator
 
 Role = Literal["teacher", "student"]

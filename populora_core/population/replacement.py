@@ -20,11 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from populora_core.artifacts import columns
 from populora_core.config import EvolutionConfig, RatingConfig
 from populora_core.population.adapters import Member
 from populora_core.population.evolution.operators import MUTATIONS, apply_operator
 from populora_core.population.lora import LoraAdapter
+from populora_core.rundir.artifacts import columns
 from populora_core.seeding import numpy_generator, torch_generator
 
 

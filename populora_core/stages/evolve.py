@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from populora_core.artifacts import columns
 from populora_core.config import RunConfig
 from populora_core.population.adapters import Member, load_adapter, save_population
 from populora_core.population.lora import LoraAdapter
 from populora_core.population.replacement import evolve as evolve_population
 from populora_core.population.replacement import is_evolution_generation
+from populora_core.rundir.artifacts import columns
 
 
 def next_population(

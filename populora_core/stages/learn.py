@@ -14,9 +14,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from populora_core.artifacts import columns, remove_partials, write_dir_atomic, write_text_atomic
 from populora_core.config import GRPOConfig, RunConfig
-from populora_core.links import link_dir_atomic
 from populora_core.population.adapters import (
     Member,
     conservative,
@@ -29,9 +27,12 @@ from populora_core.population.lora import LoraAdapter, delta_change
 from populora_core.population.rating import update_ratings
 from populora_core.problems import badly_formatted
 from populora_core.rewards import solve_rate, student_reward, teacher_reward
+from populora_core.rundir.artifacts import columns, remove_partials, write_dir_atomic, write_text_atomic
+from populora_core.rundir.links import link_dir_atomic
 from populora_core.seeding import derive_seed
 from populora_core.training.grpo import advantage_groups, compute_advantages
-from populora_core.training.trainer import Rollout, Trainer, TrainerPool
+from populora_core.training.rollouts import Rollout
+from populora_core.training.trainer import Trainer, TrainerPool
 
 
 # reward --------------------------------------------------------------------------
@@ -159,7 +160,7 @@ class UpdateJob:
 def train_one(trainer: Trainer, job: UpdateJob) -> dict:
     """Trains one adapter with ``trainer`` and writes ``job.target``; returns its train_metrics
     row, with the node that trained it (``cluster.node_name``)."""
-    from populora_core.cluster import node_name
+    from populora_core.engine.cluster import node_name
 
     before, state = load_adapter(job.source), load_optimizer_state(job.source)
     adapter, metrics, state = trainer.update(before, list(job.batch), job.grpo, state, seed=job.seed)

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from populora_core.artifacts import columns
 from populora_core.config import RunConfig
 from populora_core.metrics.complexity import METRIC_NAMES
 from populora_core.metrics.coverage import coverage
 from populora_core.population.adapters import Member
+from populora_core.rundir.artifacts import columns
 from populora_core.stages.play import teachers
 
 

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from populora_core.artifacts import columns
 from populora_core.config import RunConfig
 from populora_core.inference.base import GenerationBackend, GenerationRequest, SamplingParams
 from populora_core.metrics.complexity import METRIC_NAMES, complexity_metrics
@@ -33,6 +32,7 @@ from populora_core.problems import (
     teacher_prompt,
     validate_proposals,
 )
+from populora_core.rundir.artifacts import columns
 from populora_core.sandbox import SandboxPool
 from populora_core.seeding import derive_seed, numpy_generator
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from populora_core import links, storage
-from populora_core.artifacts import DamagedArtifact, artifact_path, damage
 from populora_core.problems import seed_buffers
-from populora_core.runs import RunDir
+from populora_core.rundir import links, storage
+from populora_core.rundir.artifacts import DamagedArtifact, artifact_path, damage
+from populora_core.rundir.run import RunDir
 from populora_core.stages import table
 
 
@@ -61,7 +61,7 @@ def resolve_input(run: RunDir, generation: int, name: str) -> object:
 
 def _heavy(run: RunDir, generation: int, need: str) -> object:
     """A stage's heavy object from the process's runtime; a backend serves this generation's adapters."""
-    from populora_core.engines import runtime_of
+    from populora_core.engine import runtime_of
 
     runtime = runtime_of(run.config(), run.model_path)
     if need == "backend":

@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from populora_core.artifacts import artifacts_in
 from populora_core.metrics.complexity import METRIC_NAMES
 from populora_core.metrics.dynamics import TRIVIAL_DEPTH, problem_triviality, solve_rates_by_source
-from populora_core.runs import RunDir
-from populora_core.storage import bytes_written
+from populora_core.rundir.artifacts import artifacts_in
+from populora_core.rundir.run import RunDir
+from populora_core.rundir.storage import bytes_written
 
 
 def generation_summary(run: RunDir, generation: int, records: Mapping[str, dict]) -> dict:

@@ -30,7 +30,7 @@ from populora_core.problems.types import TaskType
 from populora_core.rewards import student_reward
 from populora_core.sandbox import SandboxPool
 from populora_core.training.grpo import advantage_groups, compute_advantages
-from populora_core.training.trainer import Rollout
+from populora_core.training.rollouts import Rollout
 
 
 def cruxeval_problems(path: Path, task_types: Sequence[TaskType] = ("code_o", "code_i")) -> list[Problem]:

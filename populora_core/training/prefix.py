@@ -14,24 +14,12 @@ prompt's compute once.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache
 
 from populora_core.inference.base import left_padded
-
-if TYPE_CHECKING:
-    from populora_core.training.trainer import Rollout
-
-
-def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
-    """log-softmax of ``logits`` (m, T, V) at ``targets`` (m, T), ``chunk`` positions at a time in float32."""
-    pieces = []
-    for s in range(0, logits.shape[1], chunk):
-        part = logits[:, s : s + chunk].float()
-        pieces.append(part.gather(-1, targets[:, s : s + chunk, None]).squeeze(-1) - torch.logsumexp(part, -1))
-    return torch.cat(pieces, dim=1)
+from populora_core.training.rollouts import Rollout, target_logprobs
 
 
 def shared_prompt_logprobs(
@@ -57,7 +45,7 @@ def shared_prompt_logprobs(
         ids[b, : len(r.completion_ids)] = torch.tensor(list(r.completion_ids))
         comp[b, : len(r.completion_ids)] = 1
         old[b, : len(r.completion_ids)] = torch.tensor(list(r.old_logprobs), dtype=torch.float32)
-    logp = _target_logprobs(out.logits[which][:, -1:], ids[:, :1], chunk)  # each prompt's last position
+    logp = target_logprobs(out.logits[which][:, -1:], ids[:, :1], chunk)  # each prompt's last position
     if width > 1:
         cache.batch_select_indices(which)  # each completion's own prompt (repeated rows share its graph)
         attn = torch.cat([p_mask[which], comp[:, :-1].long()], dim=1)
@@ -65,5 +53,5 @@ def shared_prompt_logprobs(
         rest = model(
             input_ids=ids[:, :-1], attention_mask=attn, position_ids=pos, cache=cache
         ).logits  # position t predicts completion token t + 1
-        logp = torch.cat([logp, _target_logprobs(rest, ids[:, 1:], chunk)], dim=1)
+        logp = torch.cat([logp, target_logprobs(rest, ids[:, 1:], chunk)], dim=1)
     return logp, comp, old

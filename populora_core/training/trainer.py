@@ -16,7 +16,6 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import torch
@@ -24,64 +23,11 @@ from tqdm.auto import tqdm
 
 from populora_core.training.grpo import policy_loss
 from populora_core.training.prefix import shared_prompt_logprobs
+from populora_core.training.rollouts import Rollout, whole_sequence_logprobs
 
 if TYPE_CHECKING:  # the config (pydantic) only types: benchmarks/gpu_check.py runs without it
     from populora_core.config import GRPOConfig, PopulationConfig
     from populora_core.population.lora import LoraAdapter
-
-
-@dataclass(frozen=True)
-class Rollout:
-    """One completion to learn from: token ids, generation-time log-probs, advantage."""
-
-    prompt_ids: Sequence[int]
-    completion_ids: Sequence[int]
-    old_logprobs: Sequence[float]
-    advantage: float
-
-
-def token_logprobs(
-    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, chunk: int, start: int = 0
-) -> torch.Tensor:
-    """log π(x_{t+1} | x_≤t) for t = start … T − 2, shape (B, T − 1 − start).
-
-    ``logits_to_keep`` makes the model project only positions ≥ ``start`` (the
-    prompt's log-probs are never used) and return them in its own dtype; the
-    float32 log-softmax is then taken a chunk of positions at a time, at the
-    target only (x_target − logsumexp x). Asking the model for its hidden states
-    and projecting them here instead was 1.6× slower on the 0.5B model.
-    """
-    keep = input_ids.shape[1] - start
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits[:, :-1]
-    pieces = []
-    for s in range(0, logits.shape[1], chunk):
-        part = logits[:, s : s + chunk].float()  # (B, c, V)
-        targets = input_ids[:, start + 1 + s : start + 1 + s + part.shape[1]]
-        pieces.append(part.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(part, -1))
-    return torch.cat(pieces, dim=1)
-
-
-def _pad(batch: Sequence[Rollout], pad_id: int) -> tuple[torch.Tensor, ...]:
-    """Right-padded ids, attention mask, completion mask and old log-probs, aligned to targets."""
-    width = max(len(r.prompt_ids) + len(r.completion_ids) for r in batch)
-    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(batch), width), dtype=torch.long)
-    comp = torch.zeros((len(batch), width - 1))
-    old = torch.zeros((len(batch), width - 1))
-    for b, r in enumerate(batch):
-        p, c = len(r.prompt_ids), len(r.completion_ids)
-        ids[b, : p + c] = torch.tensor([*r.prompt_ids, *r.completion_ids])
-        attn[b, : p + c] = 1
-        comp[b, p - 1 : p - 1 + c] = 1  # position t predicts token t + 1
-        old[b, p - 1 : p - 1 + c] = torch.tensor(list(r.old_logprobs), dtype=torch.float32)
-    return ids, attn, comp, old
-
-
-def _whole_sequences(model, batch: Sequence[Rollout], pad_id: int, chunk: int):
-    """``prefix.shared_prompt_logprobs``'s triple, every (prompt + completion) right-padded and run whole."""
-    ids, attn, comp, old = _pad(batch, pad_id)
-    start = min(len(r.prompt_ids) for r in batch) - 1  # first position predicting a completion token
-    return token_logprobs(model, ids, attn, chunk, start), comp[:, start:], old[:, start:]
 
 
 def _by_prompt(chunk: Sequence[Rollout]) -> list[Rollout]:
@@ -99,7 +45,7 @@ def _minibatch_step(
     """Gradients of one minibatch (token-mean over it, micro-batch by micro-batch); returns the
     clipped norm. ``shared``: each distinct prompt of a micro-batch runs once (``prefix``)."""
     chunk_tokens = sum(len(r.completion_ids) for r in chunk)
-    logprobs = shared_prompt_logprobs if shared else _whole_sequences
+    logprobs = shared_prompt_logprobs if shared else whole_sequence_logprobs
     chunk = _by_prompt(chunk) if shared else chunk
     for s in range(0, len(chunk), config.micro_batch_size):
         batch = chunk[s : s + config.micro_batch_size]

@@ -15,7 +15,8 @@ from populora_core.population.adapters import create_population, lora_shapes_fro
 from populora_core.problems import ASSISTANT_PREFILL, student_prompt
 from populora_core.problems.probes import probe_problems
 from populora_core.stages import measure
-from populora_core.training.trainer import Rollout, Trainer
+from populora_core.training.rollouts import Rollout
+from populora_core.training.trainer import Trainer
 
 CONFIG = load_config(
     preset="cpu-tiny",

@@ -17,7 +17,8 @@ from populora_core.population.adapters import create_population, load_adapter, l
 from populora_core.problems import problem_id
 from populora_core.stages import learn
 from populora_core.stages import play as play_stages
-from populora_core.training.trainer import Trainer, token_logprobs
+from populora_core.training.rollouts import token_logprobs
+from populora_core.training.trainer import Trainer
 from tests.helpers import TINY_QWEN2
 
 STATUSES = ("correct", "wrong", "format_error")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-from populora_core.artifacts import SCHEMAS
+from populora_core.rundir.artifacts import SCHEMAS
 from populora_core.stages import runner, table
 
 
@@ -43,7 +43,7 @@ def test_reading_the_table_and_the_cli_help_import_no_torch():
     code = (
         "import sys\n"
         "from populora_core.stages.table import TABLE, get_stage\n"
-        "from flows.cli import build_parser\n"
+        "from cli.main import build_parser\n"
         "build_parser()\n"
         "assert [s.name for s in TABLE][0] == 'pair'\n"
         "assert 'torch' not in sys.modules, 'the stage table imported torch'\n"

@@ -115,7 +115,7 @@ def _ours() -> list[str]:
 
 def _assert_same_generation(run, reference) -> None:
     """Every artifact of generation 0 and every adapter written by it equal the reference's."""
-    from populora_core.artifacts import read_artifact
+    from populora_core.rundir.artifacts import read_artifact
 
     names = sorted(p.stem for p in reference.gen(0).glob("*.parquet"))
     assert len(names) >= 12, names
@@ -137,7 +137,7 @@ def _wait_until_gone(deadline_s: float = 30) -> list[str]:
 
 
 def test_a_generation_on_two_nodes_equals_the_local_run(ray_cluster, reference_run, prefect_server, tmp_path):
-    from populora_core.runs import RunDir
+    from populora_core.rundir.run import RunDir
 
     args = ["train", "--preset", "cpu-tiny", "--generations", "1", "--run-id", "on-ray"]
     result = populora([*args, "--runs-dir", str(tmp_path), *on_cluster(ray_cluster)], prefect_server)
@@ -162,7 +162,7 @@ def test_a_generation_on_two_nodes_equals_the_local_run(ray_cluster, reference_r
 def test_a_worker_killed_during_update_or_verify_or_a_node_lost_costs_only_its_work(
     ray_cluster, faults, prefect_server, tmp_path
 ):
-    from populora_core.runs import RunDir
+    from populora_core.rundir.run import RunDir
 
     # The verify and node faults fire on sandbox batches of the verify stage, so a student answer
     # must reach the sandbox: SmolLM2's deduction answers are judged without it, and whether one
@@ -207,8 +207,8 @@ def test_a_worker_killed_during_update_or_verify_or_a_node_lost_costs_only_its_w
 
 
 def test_cli_cluster_flags_become_the_config():
-    from flows.cli import build_parser
-    from flows.commands import _cluster_overrides
+    from cli.main import build_parser
+    from cli.run import cluster_overrides
     from populora_core.config import ConfigError, load_config
 
     parse = build_parser().parse_args
@@ -219,9 +219,9 @@ def test_cli_cluster_flags_become_the_config():
         ("train", "--cluster", "ray", "--address", "ray://head:10001"): ("ray", "ray://head:10001"),
     }
     for argv, (engine, address) in cases.items():
-        cluster = load_config(preset="cpu-tiny", overrides=_cluster_overrides(parse(list(argv)))).cluster
+        cluster = load_config(preset="cpu-tiny", overrides=cluster_overrides(parse(list(argv)))).cluster
         assert (cluster.engine, cluster.address) == (engine, address), argv
-    back = _cluster_overrides(parse(["resume", "r", "--cluster", "local"]))
+    back = cluster_overrides(parse(["resume", "r", "--cluster", "local"]))
     assert load_config(overrides=["cluster.address='auto'", *back]).cluster.address == ""
     with pytest.raises(ConfigError, match="contradicts"):
-        _cluster_overrides(parse(["train", "--cluster", "local", "--address", "auto"]))
+        cluster_overrides(parse(["train", "--cluster", "local", "--address", "auto"]))

@@ -10,8 +10,8 @@ import time
 
 import pandas as pd
 
-from populora_core.artifacts import artifact_path
-from populora_core.runs import RunDir
+from populora_core.rundir.artifacts import artifact_path
+from populora_core.rundir.run import RunDir
 from tests.flows.conftest import populora, prefect_runs, start_populora, still_running
 
 

@@ -13,7 +13,9 @@ import pandas as pd
 import pytest
 from safetensors.torch import load_file
 
-from populora_core.artifacts import (
+from populora_core.config import load_config
+from populora_core.population.adapters import POPULATION_TABLE
+from populora_core.rundir.artifacts import (
     SUCCESS,
     artifact_path,
     artifacts_in,
@@ -21,9 +23,7 @@ from populora_core.artifacts import (
     read_artifact,
     schema_difference,
 )
-from populora_core.config import load_config
-from populora_core.population.adapters import POPULATION_TABLE
-from populora_core.runs import RunDir
+from populora_core.rundir.run import RunDir
 from populora_core.stages.table import TABLE, get_stage, stage_names
 from tests.flows.conftest import GENERATIONS, TRAIN, populora, prefect_runs, still_running
 

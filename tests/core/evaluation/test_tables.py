@@ -129,7 +129,7 @@ def test_token_caps_are_per_benchmark_and_name_the_parts(tmp_path):
 
 def test_chunks_of_other_items_are_judged_again_and_the_part_is_model_by_model(tmp_path, monkeypatch):
     """A stand-in for generation (``evaluate`` replaced: no model) records what each chunk asks."""
-    from populora_core import engines
+    from populora_core import engine
     from populora_core.evaluation.benchmarks import load_benchmark
 
     asked = []
@@ -144,7 +144,7 @@ def test_chunks_of_other_items_are_judged_again_and_the_part_is_model_by_model(t
         return pd.DataFrame(rows)
 
     runtime = SimpleNamespace(backend=None, pool=None, serve=lambda served: None)
-    monkeypatch.setattr(engines, "runtime_of", lambda config, model: runtime)
+    monkeypatch.setattr(engine, "runtime_of", lambda config, model: runtime)
     monkeypatch.setattr(stages, "evaluate", judged_by_the_stand_in)
     run, ids = _Run(tmp_path / "R"), [i.item_id for i in load_benchmark("humaneval", DATA, 5)]
     part = run.eval_part(0, "humaneval", stages.settings_key(DATA, 5, 8, True, 2))

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pandas as pd
 
-from populora_core.artifacts import write_parquet_atomic
 from populora_core.config import EvolutionConfig, RatingConfig
 from populora_core.population.adapters import Member
 from populora_core.population.replacement import evolve, is_evolution_generation, plan_replacements
+from populora_core.rundir.artifacts import write_parquet_atomic
 from tests.core.population.conftest import random_adapter
 
 

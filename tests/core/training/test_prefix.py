@@ -8,7 +8,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from populora_core.training.prefix import shared_prompt_logprobs
-from populora_core.training.trainer import Rollout, _pad, token_logprobs
+from populora_core.training.rollouts import Rollout, pad_rollouts, token_logprobs
 from tests.helpers import TINY_QWEN2
 
 
@@ -36,7 +36,7 @@ def test_shared_prompts_give_the_whole_sequences_log_probs_and_gradients():
     got = [logp[b, : len(r.completion_ids)] for b, r in enumerate(batch)]
     got_grads = grads(sum((lp * weights[b, : len(lp)]).sum() for b, lp in enumerate(got)))
 
-    ids, attn, mask, _ = _pad(batch, 0)
+    ids, attn, mask, _ = pad_rollouts(batch, 0)
     whole = token_logprobs(model, ids, attn, chunk=3)
     want = [whole[b][mask[b].bool()] for b in range(len(batch))]
     want_grads = grads(sum((lp * weights[b, : len(lp)]).sum() for b, lp in enumerate(want)))

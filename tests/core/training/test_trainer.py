@@ -11,7 +11,8 @@ from peft import LoraConfig, get_peft_model
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from populora_core.config import GRPOConfig
-from populora_core.training.trainer import Rollout, token_logprobs, update_adapter
+from populora_core.training.rollouts import Rollout, token_logprobs
+from populora_core.training.trainer import update_adapter
 from tests.helpers import TINY_QWEN2
 
 TINY = TINY_QWEN2
@@ -134,7 +135,7 @@ def test_minibatches_are_shuffled_by_the_given_generator_only(model):
 def test_the_local_and_the_ray_trainer_share_the_trainer_pool_protocol():
     import inspect
 
-    from populora_core.cluster import RayTrainer
+    from populora_core.engine.cluster import RayTrainer
     from populora_core.training.trainer import Trainer, TrainerPool
 
     wanted = inspect.signature(TrainerPool.map).parameters

@@ -19,7 +19,7 @@ from populora_core.sandbox import Job, SandboxPool
 def private_ray():
     import ray
 
-    from populora_core.cluster import connect
+    from populora_core.engine.cluster import connect
 
     connect(load_config(preset="cpu-tiny", overrides=["cluster.engine=ray"]).cluster)
     yield
@@ -28,7 +28,7 @@ def private_ray():
 
 def test_a_resumed_run_moves_to_the_cluster_and_back(tmp_path):
     from populora_core.config import ConfigError
-    from populora_core.runs import create_run
+    from populora_core.rundir.run import create_run
 
     run = create_run(tmp_path, load_config(preset="cpu-tiny", overrides=["cluster.nodes=2"]), run_id="moves")
     before = run.config()
@@ -44,7 +44,7 @@ def test_a_resumed_run_moves_to_the_cluster_and_back(tmp_path):
 
 
 def test_sandbox_actors_return_the_local_pools_results_in_order(private_ray):
-    from populora_core.cluster import RaySandboxPool
+    from populora_core.engine.cluster import RaySandboxPool
 
     jobs = [Job(code=f"print({i})", expr=f"{i} * 2") for i in range(150)]
     jobs += [Job(code="raise ValueError('no')"), Job(code="while True: pass", timeout_s=0.5)]
@@ -102,7 +102,7 @@ def test_an_actor_killed_during_a_call_finishes_it_after_its_restart(private_ray
 
     import ray
 
-    from populora_core.cluster import RaySandboxPool
+    from populora_core.engine.cluster import RaySandboxPool
 
     config = load_config(preset="cpu-tiny", overrides=["cluster.engine=ray", "sandbox.workers=1"])
     pool = RaySandboxPool(config)
@@ -126,7 +126,7 @@ def test_update_tasks_run_in_the_workers_prestart_warmed(private_ray):
     run in those processes (no worker start-up, no model load inside `update`)."""
     import ray
 
-    from populora_core.cluster import RayTrainer
+    from populora_core.engine.cluster import RayTrainer
     from populora_core.models import resolve_model
 
     config = load_config(preset="cpu-tiny", overrides=["cluster.engine=ray", "model.threads=1"])
@@ -148,7 +148,7 @@ def test_update_tasks_run_in_the_workers_prestart_warmed(private_ray):
 
 
 def test_split_keeps_order_and_balances_samples():
-    from populora_core.actor_calls import split_weighted as _split
+    from populora_core.engine.actor_calls import split_weighted as _split
 
     assert _split(list(range(6)), 2, [1] * 6) == [[0, 1, 2], [3, 4, 5]]
     assert _split(list(range(4)), 2, [6, 1, 1, 1]) == [[0], [1, 2, 3]]
@@ -166,8 +166,8 @@ def test_vllm_inference_actors_serve_the_adapters_and_stop_their_server(private_
 
     import ray
 
-    from populora_core.cluster import RayBackend
     from populora_core.config import RatingConfig
+    from populora_core.engine.cluster import RayBackend
     from populora_core.inference.base import GenerationRequest, SamplingParams
     from populora_core.inference.hf import HFBackend
     from populora_core.inference.vllm import DEFAULT_VENV
@@ -291,7 +291,7 @@ def test_work_survives_actors_lost_during_a_slow_restart(private_ray, tmp_path):
     runs it, and losing every actor for good, end the stage with a clear error."""
     import ray
 
-    from populora_core.actor_calls import map_ordered
+    from populora_core.engine.actor_calls import map_ordered
 
     cluster = load_config(overrides=["cluster.max_retries=1", "cluster.restart_timeout_s=8"]).cluster
     actors = _flaky_actors(tmp_path, 2)
@@ -320,7 +320,7 @@ def test_an_actor_whose_constructor_raises_fails_the_work_at_once_with_its_error
 
     import ray
 
-    from populora_core.actor_calls import map_ordered
+    from populora_core.engine.actor_calls import map_ordered
 
     class NoModel:
         def __init__(self) -> None:
@@ -346,7 +346,7 @@ def test_work_survives_the_loss_of_a_whole_node(private_ray, tmp_path):
     from ray.cluster_utils import Cluster
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from populora_core.actor_calls import map_ordered
+    from populora_core.engine.actor_calls import map_ordered
 
     ray.shutdown()  # this test's own two-node cluster; a later test's `connect` starts a private Ray
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
@@ -381,8 +381,8 @@ def test_runtimes_close_their_actors_before_ray_shuts_down_at_exit(tmp_path):
     script = f"""
 import sys
 from pathlib import Path
-from populora_core import runtime
-from populora_core.cluster import connect
+from populora_core.engine import runtime
+from populora_core.engine.cluster import connect
 from populora_core.config import load_config
 
 class Probe:

@@ -15,12 +15,13 @@ import hashlib
 import json
 import threading
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from populora_core.config import RunConfig
 from populora_core.models import resolve_dtype
-from populora_core.training.trainer import Trainer
+
+if TYPE_CHECKING:  # torch is imported by what needs it: sandbox actors import this module without it
+    from populora_core.training.trainer import Trainer
 
 
 class Runtime:
@@ -34,6 +35,8 @@ class Runtime:
         self._pool = None
         self._served: dict[str, str] = {}  # adapter id -> digest of what the backend holds
         if config.model.threads:
+            import torch
+
             torch.set_num_threads(config.model.threads)
 
     @property
@@ -72,6 +75,7 @@ class Runtime:
         self._start("trainer")
         if self._trainer is None:
             from populora_core.models import load_model
+            from populora_core.training.trainer import Trainer
 
             model_cfg = self.config.model
             model, tokenizer = load_model(self.model_path, dtype=model_cfg.dtype, device=model_cfg.device)
@@ -91,7 +95,7 @@ class Runtime:
 
     def _start(self, need: str) -> None:
         """Called before ``need`` (backend, trainer or pool) is first built: an engine whose
-        objects live elsewhere (``engines.RayRuntime``) starts them here."""
+        objects live elsewhere (``cluster.RayRuntime``) starts them here."""
 
     def serve(self, adapters: dict[str, Path]) -> None:
         """Makes the backend hold exactly ``adapters`` (id → PEFT dir); reloads changed ones only.
@@ -139,7 +143,7 @@ _LOCK = threading.Lock()
 
 def get_runtime(config: RunConfig, model_path: Path, kind: type[Runtime] = Runtime) -> Runtime:
     """The process's runtime of ``kind`` for this model, inference, sandbox, population and
-    cluster setup (the engine's: ``engines.runtime_of``)."""
+    cluster setup (the engine's: ``engine.runtime_of``)."""
     key = json.dumps(
         [
             kind.__qualname__,

@@ -1,35 +1,10 @@
-"""A generation's heavy work on a Ray cluster (``cluster.engine: ray``).
-
-The driver (the Prefect flow's process) runs the stages in order, as with the local
-engine, and the cheap ones itself. Inside the heavy stages the work goes to Ray's own
-primitives, each a drop-in for the local object of ``runtime.Runtime`` (``engines.RayRuntime``
-holds them):
-
-- ``RayBackend`` (propose, solve): one long-lived inference actor per node, each holding
-  the base model and the population's adapters (a local ``Runtime``'s backend). hf: the
-  driver cuts the requests into the batches the local backend would run
-  (``hf.plan_batches``) and spreads the batches over the actors (``actor_calls.map_ordered``,
-  results in order): a batch's samples depend only on the batch, so the artifacts equal
-  the local run's. vllm: each actor starts a vLLM server on its node (multi-LoRA, every
-  adapter loaded) and gets one contiguous share of the requests, sent at once so that
-  vLLM batches them continuously; each request carries its seed, so samples do not depend
-  on the share, up to vLLM's own batch-dependent numerics.
-- ``RaySandboxPool`` (validate, verify): one sandbox-pool actor per node (a local
-  ``SandboxPool`` with ``sandbox.workers`` workers), jobs sharded across them in chunks,
-  results in order.
-- ``RayTrainer`` (update): one Ray task per adapter (``learn.train_one``), each in a Ray
-  worker that keeps its trainer (the base model) between tasks.
-
-Faults: an update task whose worker or node dies is re-run by Ray (``max_retries``: it
-starts again from the same snapshot with the same seed, and writes its adapter
-atomically); an actor whose process or node dies is restarted by Ray (on another node if
-its own is gone), and the work it was doing is sent again by ``actor_calls.map_ordered`` to whichever
-actor is ready; a restarted inference actor reloads the adapters it is asked to serve (a
-killed actor's vLLM server dies with it). Actors are
-owned by the driver: they, and the sandbox workers under them (bubblewrap
-``--die-with-parent``, Docker containers removed on close), end with it.
-
-Every node must see the run directory and the base model at the same paths.
+"""A generation's heavy work on a Ray cluster (``cluster.engine: ray``): drop-ins for the
+local ``Runtime``'s objects. ``RayBackend`` (propose, solve): one inference actor per node;
+``RaySandboxPool`` (validate, verify): one sandbox-pool actor per node; ``RayTrainer``
+(update): one Ray task per adapter; ``RayRuntime`` hands them to the stages. A dead actor
+is restarted and only its lost work is sent again (``actor_calls.map_ordered``); a lost
+update task is re-run from the same snapshot and seed. Every node must see the run
+directory and the base model at the same paths (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -46,8 +21,9 @@ from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
-from populora_core.actor_calls import close_actors, lost_errors, map_ordered, split_weighted
 from populora_core.config import ClusterConfig, ConfigError, ResourceSpec, RunConfig
+from populora_core.engine.actor_calls import close_actors, lost_errors, map_ordered, split_weighted
+from populora_core.engine.runtime import Runtime, close_runtimes, get_runtime
 from populora_core.inference.base import Completion, GenerationRequest, SamplingParams
 
 T = TypeVar("T")
@@ -101,9 +77,7 @@ def _close_runtimes() -> None:
     Ray's own exit hook, it runs before it. ``runtime``'s hook, registered at import, runs
     after Ray's shutdown, where an actor call re-initialised Ray (seen: the driver then
     crashed with SIGSEGV at exit, after a run whose node was lost, 2 of 6 times)."""
-    runtime = sys.modules.get("populora_core.runtime")
-    if runtime is not None:
-        runtime.close_runtimes()
+    close_runtimes()
 
 
 def worker_nodes(cluster: ClusterConfig, spec: ResourceSpec | None = None, key: str = "") -> list[str]:
@@ -160,8 +134,6 @@ class _InferenceActor:
     """A node's generation backend: the local ``Runtime``'s, serving the adapters it is sent."""
 
     def __init__(self, config_json: str, model_path: str) -> None:
-        from populora_core.runtime import get_runtime  # inside: sandbox actors import this module without torch
-
         self.runtime = get_runtime(_local(RunConfig.model_validate_json(config_json)), Path(model_path))
         self.served: dict[str, str] = {}
 
@@ -309,8 +281,6 @@ class RaySandboxPool:
 def _train_task(config_json: str, model_path: str, fn: Callable | None, job: Any) -> Any:
     """A Ray task: ``fn(trainer, job)`` with this worker's trainer (built once per worker);
     with no ``fn``, builds the trainer only and returns (node, process id) (``RayTrainer.prestart``)."""
-    from populora_core.runtime import get_runtime
-
     config = _local(RunConfig.model_validate_json(config_json))
     trainer = get_runtime(config, Path(model_path)).trainer
     return fn(trainer, job) if fn is not None else (node_name(), os.getpid())
@@ -358,3 +328,28 @@ class RayTrainer:
                 done, pending = ray.wait(pending, num_returns=1)
                 bar.update(len(done))
         return ray.get(refs)
+
+
+class RayRuntime(Runtime):
+    """The runtime of ``cluster.engine: ray``: its backend, sandbox pool and trainer are the
+    cluster's (``RayBackend``, ``RaySandboxPool``, ``RayTrainer``)."""
+
+    def _start(self, need: str) -> None:
+        """The first heavy stage starts all three at once (inference actors, sandbox actors,
+        update workers loading their trainer): their start-ups overlap each other and the
+        stages before they are needed, instead of each delaying its stage. A process whose
+        first heavy stage is `update` (a resume or replay from it) starts the update workers
+        only."""
+        if need != "trainer" and self._backend is None:
+            self._backend = RayBackend(self.config, self.model_path)
+        if need != "trainer" and self._pool is None:
+            self._pool = RaySandboxPool(self.config)
+            self._pool.start()
+        if self._trainer is None:
+            self._trainer = RayTrainer(self.config, self.model_path)
+            if need != "trainer":
+                self._trainer.prestart()
+
+    def serve(self, adapters: dict[str, Path]) -> None:
+        """Each inference actor loads what changed (``RayBackend.serve``)."""
+        self.backend.serve(adapters)

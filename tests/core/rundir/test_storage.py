@@ -10,9 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from populora_core.artifacts import SUCCESS, mark_success
 from populora_core.config import PopulationConfig, RatingConfig
-from populora_core.links import link_dir_atomic
 from populora_core.population.adapters import (
     create_population,
     load_adapter,
@@ -20,10 +18,10 @@ from populora_core.population.adapters import (
     save_population,
 )
 from populora_core.population.lora import LoraAdapter, LoraFactors
-from populora_core.runs import RunDir
-from populora_core.stages.learn import save_updated
-from populora_core.stages.runner import check_intact, damaged, parse_artifact_ref
-from populora_core.storage import (
+from populora_core.rundir.artifacts import SUCCESS, mark_success
+from populora_core.rundir.links import link_dir_atomic
+from populora_core.rundir.run import RunDir
+from populora_core.rundir.storage import (
     OPTIMIZER_STATE,
     PrunedSnapshot,
     bytes_written,
@@ -34,6 +32,8 @@ from populora_core.storage import (
     seal,
     unique_bytes,
 )
+from populora_core.stages.learn import save_updated
+from populora_core.stages.runner import check_intact, damaged, parse_artifact_ref
 from tests.helpers import TINY_QWEN2
 
 

@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-from populora_core.artifacts import write_dir_atomic
+from populora_core.rundir.artifacts import write_dir_atomic
 
 
 def link_or_copy(src: str | Path, dst: str | Path) -> None:

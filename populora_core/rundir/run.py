@@ -1,25 +1,10 @@
-"""The run directory: its layout, and creating, opening and listing runs.
+"""A run: creating it whole or not at all, opening it, listing runs, reading and writing
+its artifacts and config (its paths: ``layout``).
 
-This module is the one owner of a run's layout::
-
-    runs/<run_id>/
-      run.json                  run id, creation time, resolved model path, source preset
-      config.yaml               the resolved RunConfig (every field)
-      cvt_centroids.parquet     the CVT archive coverage is measured on (made once)
-      population/gen_NNNN/      snapshot: adapters in PEFT format + population.parquet
-      gen_NNNN/<artifact>.parquet
-      gen_NNNN/updated/<id>/    adapters after this generation's update, before evolution
-      gen_NNNN/_SUCCESS         written last: a generation without it is resumable
-      gen_NNNN/_attempts.jsonl  one line per stage computed: which process, how many seconds
-      .lock                     held (flock) by the one process working on the run
-      eval/gen_NNNN/            held-out evaluation of a snapshot
-      tensorboard/              per-generation figures as TensorBoard event files (tracking.py)
-
-A run is created whole or not at all: the configuration is validated, the base
-model resolved and the sandbox backend checked *before* anything is written, and
-the directory is assembled under a temp name and renamed into place
-(``artifacts.write_dir_atomic``, as replay and snapshots are). A broken config, a
-missing model or an unavailable sandbox therefore leaves no half-written run.
+A run is created whole or not at all: the configuration is validated, the base model
+resolved and the sandbox backend checked *before* anything is written, and the directory
+is assembled under a temp name and renamed into place (``artifacts.write_dir_atomic``).
+A broken config, a missing model or an unavailable sandbox leaves no half-written run.
 """
 
 from __future__ import annotations
@@ -36,20 +21,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from populora_core.artifacts import (
-    CONFIG_FILE,
-    RUN_FILE,
-    DamagedArtifact,
-    artifact_path,
-    is_complete,
-    read_artifact,
-    read_parquet,
-    read_success,
-    remove_partials,
-    write_artifact,
-    write_dir_atomic,
-    write_text_atomic,
-)
 from populora_core.config import ConfigError, RunConfig, config_to_yaml, load_config, validate_config
 from populora_core.population.adapters import (
     POPULATION_TABLE,
@@ -59,98 +30,37 @@ from populora_core.population.adapters import (
     members_from_frame,
     save_population,
 )
-from populora_core.storage import STALE_BUILD_S, remove_stale_builds, require_snapshot  # noqa: F401 (re-exported)
+from populora_core.rundir import lock as runlock
+from populora_core.rundir.artifacts import (
+    DamagedArtifact,
+    artifact_path,
+    read_artifact,
+    read_parquet,
+    read_success,
+    remove_partials,
+    write_artifact,
+    write_dir_atomic,
+    write_text_atomic,
+)
+from populora_core.rundir.layout import RunLayout
+from populora_core.rundir.storage import remove_stale_builds, require_snapshot
 
 RUNS_DIR_ENV = "POPULORA_RUNS"
-ATTEMPTS = "_attempts.jsonl"
 ATTEMPT_ID = uuid.uuid4().hex[:12]
 """This process's attempt at whatever generations it computes (``RunDir.log_stage``)."""
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
-class RunDir:
-    """One run directory: its paths, its config, and reading and writing its artifacts."""
-
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
-
-    @property
-    def run_id(self) -> str:
-        return self.root.name
-
-    @property
-    def config_file(self) -> Path:
-        return self.root / CONFIG_FILE
-
-    @property
-    def run_file(self) -> Path:
-        return self.root / RUN_FILE
-
-    @property
-    def centroids_file(self) -> Path:
-        return self.root / "cvt_centroids.parquet"
-
-    @property
-    def calibration_file(self) -> Path:
-        return self.root / "cvt_calibration.json"
-
-    @property
-    def population(self) -> Path:
-        return self.root / "population"
-
-    def gen(self, generation: int) -> Path:
-        return self.root / f"gen_{generation:04d}"
-
-    def members_dir(self, generation: int) -> Path:
-        """The population snapshot a generation starts from."""
-        return self.population / f"gen_{generation:04d}"
-
-    def updated(self, generation: int) -> Path:
-        """Adapters after the generation's update, before evolution."""
-        return self.gen(generation) / "updated"
-
-    def eval_dir(self, generation: int) -> Path:
-        """Held-out evaluation of the snapshot ``generation``."""
-        return self.root / "eval" / f"gen_{generation:04d}"
-
-    def eval_part(self, generation: int, benchmark: str, settings: str) -> Path:
-        """One benchmark's judged completions under one set of evaluation settings."""
-        return self.eval_dir(generation) / "parts" / f"{benchmark}-{settings}.parquet"
-
-    @property
-    def report_dir(self) -> Path:
-        """Where `populora analyze` writes the run's report by default."""
-        return self.root / "report"
-
-    def sibling(self, name: str) -> Path:
-        """A path named ``name`` next to this run (a path with a slash is taken as given)."""
-        return Path(name) if "/" in name else self.root.parent / name
-
-    def generations(self) -> list[int]:
-        """Generations with a directory, complete or not, in order."""
-        return sorted(int(p.name[4:]) for p in self.root.glob("gen_[0-9][0-9][0-9][0-9]"))
-
-    def is_complete(self, generation: int) -> bool:
-        return is_complete(self.gen(generation))
+class RunDir(RunLayout):
+    """One run directory: its config, and reading and writing its artifacts."""
 
     def success(self, generation: int) -> dict:
         """The summary a complete generation's ``_SUCCESS`` holds."""
         return read_success(self.gen(generation))
 
-    def complete_generations(self) -> list[int]:
-        return [g for g in self.generations() if self.is_complete(g)]
-
     def remove_partials(self, generation: int) -> list[Path]:
         """Temp files left in ``generation`` and in the snapshots by a killed process."""
         return [*remove_partials(self.gen(generation)), *remove_partials(self.population)]
-
-    def next_generation(self) -> int:
-        """The first generation that is not complete (where a resume starts)."""
-        done = set(self.complete_generations())
-        g = 0
-        while g in done:
-            g += 1
-        return g
 
     def info(self) -> dict:
         return json.loads(self.run_file.read_text())
@@ -159,20 +69,13 @@ class RunDir:
         """Sets ``fields`` in run.json (atomically: a reader sees the old file or the new one)."""
         write_text_atomic(json.dumps(self.info() | fields, indent=2), self.run_file)
 
-    def exists(self) -> bool:
-        return self.run_file.is_file() and self.config_file.is_file()
-
     def lock(self, command: str | None = None):
         """This process's exclusive hold on the run (``runlock.hold``; re-entrant);
         raises RunBusy naming the live process that holds it."""
-        from populora_core import runlock
-
         return runlock.hold(self.root, command)
 
     def holder(self):
         """The live process (another one) working on the run, or None (``runlock.Holder``)."""
-        from populora_core import runlock
-
         return runlock.holder(self.root)
 
     @property
@@ -213,9 +116,6 @@ class RunDir:
         if not self.is_complete(generation):
             return f"`populora resume {self.root}` (removes it and recomputes its stage)"
         return f"`populora resume {self.root} --recompute {self.gen(generation).name}/{name}`"
-
-    def attempts_file(self, generation: int) -> Path:
-        return self.gen(generation) / ATTEMPTS
 
     def log_stage(self, generation: int, stage: str, seconds: float) -> None:
         """Appends that this process computed ``stage`` of ``generation`` in ``seconds``

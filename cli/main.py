@@ -1,25 +1,4 @@
-"""The `populora` command line.
-
-    populora train [--preset P | --config FILE] [--set k=v ...] [--generations N]
-                                           create a run and train it (a Prefect flow)
-    populora resume RUN [--generations N] [--recompute gen_NNNN/ARTIFACT ...]
-                                           continue a run from its first incomplete stage
-    populora replay RUN --from STAGE --out NEW_RUN [--generation G] [--until STAGE] [--set k=v ...]
-                                           recompute stages from stored artifacts into a new run
-    populora status RUN                    what a run has done, generation by generation
-    populora runs [--runs-dir DIR]         the runs under a directory
-    populora prune RUN --keep-last N [--keep-every K]
-                                           remove old snapshots' adapter weights (artifacts stay)
-    populora analyze RUN [RUN ...]         HTML report (plots, summary) from run directories alone
-    populora evaluate RUN [RUN ...] [--limit N]
-                                           pass@1 on HumanEval(+), MBPP(+), LiveCodeBench, CRUXEval, GSM8K,
-                                           MATH-500, Minerva, OlympiadBench, AMC23, AIME24/25; several runs: compared
-    populora verify --demo | FILE.jsonl    validate proposals and judge answers in the sandbox
-    populora models list | fetch REF       embedded base models
-
-Runs live under ./runs (or $POPULORA_RUNS, or --runs-dir). `populora COMMAND --help`
-documents every option.
-"""
+"""The `populora` parser: every command, its options and its help; ``main`` runs one."""
 
 from __future__ import annotations
 
@@ -29,7 +8,10 @@ import sys
 import warnings
 from typing import get_args
 
-from flows import commands, tools
+from cli.common import quiet_prefect
+from cli.data import cmd_data, cmd_models, cmd_verify
+from cli.inspection import cmd_analyze, cmd_evaluate, cmd_runs, cmd_status
+from cli.run import cmd_prune, cmd_replay, cmd_resume, cmd_train
 from populora_core.config import DEFAULT_MODEL, DEFAULT_PRESET, PRESETS, SandboxBackendName, SandboxConfig
 
 
@@ -75,7 +57,7 @@ def _add_run_parsers(sub) -> None:
     train.add_argument("--run-id", help="name of the run directory (default <preset>-<time>-<random>)")
     _add_cluster(train)
     _add_run_options(train)
-    train.set_defaults(func=commands.cmd_train)
+    train.set_defaults(func=cmd_train)
 
     resume = sub.add_parser(
         "resume",
@@ -94,7 +76,7 @@ def _add_run_parsers(sub) -> None:
     )
     _add_cluster(resume)
     _add_run_options(resume)
-    resume.set_defaults(func=commands.cmd_resume)
+    resume.set_defaults(func=cmd_resume)
 
     replay = sub.add_parser(
         "replay",
@@ -109,7 +91,7 @@ def _add_run_parsers(sub) -> None:
     replay.add_argument("--out", required=True, help="new run (a path, or an id next to the source run)")
     _add_set(replay)
     _add_run_options(replay)
-    replay.set_defaults(func=commands.cmd_replay)
+    replay.set_defaults(func=cmd_replay)
 
 
 def _add_inspection_parsers(sub) -> None:
@@ -120,7 +102,7 @@ def _add_inspection_parsers(sub) -> None:
     status.add_argument("run", help="run directory or run id")
     status.add_argument("--wide", action="store_true", help="every column of the generation table")
     _add_run_options(status)
-    status.set_defaults(func=commands.cmd_status)
+    status.set_defaults(func=cmd_status)
 
     analyze = sub.add_parser(
         "analyze",
@@ -131,7 +113,7 @@ def _add_inspection_parsers(sub) -> None:
     analyze.add_argument("runs", nargs="+", help="run directories or ids")
     analyze.add_argument("--out", help="report directory (default <first run>/report)")
     _add_run_options(analyze)
-    analyze.set_defaults(func=commands.cmd_analyze)
+    analyze.set_defaults(func=cmd_analyze)
 
     evaluate = sub.add_parser(
         "evaluate",
@@ -160,11 +142,29 @@ def _add_inspection_parsers(sub) -> None:
     )
     evaluate.add_argument("--no-base", action="store_true", help="skip the base model")
     _add_run_options(evaluate)
-    evaluate.set_defaults(func=commands.cmd_evaluate)
+    evaluate.set_defaults(func=cmd_evaluate)
 
     runs = sub.add_parser("runs", help="list runs", description="The runs under a directory.")
     _add_run_options(runs)
-    runs.set_defaults(func=commands.cmd_runs)
+    runs.set_defaults(func=cmd_runs)
+
+
+def _add_prune_parser(sub) -> None:
+    prune = sub.add_parser(
+        "prune",
+        help="remove old snapshots' adapter weights (artifacts stay)",
+        description="Removes the adapter weights and optimizer states of a run's old population snapshots (and "
+        "the updated/ adapters they were linked from), keeping the newest --keep-last and every --keep-every-th. "
+        "Every Parquet artifact, each snapshot's population.parquet and the lineage stay, so analyze works "
+        "unchanged; resume starts from the newest snapshot (always kept); replay and evaluate of a pruned "
+        "generation say so.",
+    )
+    prune.add_argument("run", help="run directory or run id")
+    prune.add_argument("--keep-last", type=int, default=2, help="newest snapshots kept (default 2, at least 1)")
+    prune.add_argument("--keep-every", type=int, default=0, help="also keep every K-th snapshot (0 = none)")
+    prune.add_argument("--dry-run", action="store_true", help="say what would be pruned, change nothing")
+    prune.add_argument("--runs-dir", help="where runs live (default ./runs or $POPULORA_RUNS)")
+    prune.set_defaults(func=cmd_prune)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_parsers(sub)
     _add_inspection_parsers(sub)
-    tools.add_parser(sub)
+    _add_prune_parser(sub)
     verify = sub.add_parser("verify", help="validate proposals and judge answers in the sandbox")
     verify.add_argument("file", nargs="?", help='JSON lines of {"task_type": ..., "completion": ...}')
     verify.add_argument("--demo", action="store_true", help="run built-in sample proposals and answers")
@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "--timeout", type=float, default=sandbox.timeout_s, help=f"seconds per program (default {sandbox.timeout_s:g})"
     )
-    verify.set_defaults(func=tools.cmd_verify)
+    verify.set_defaults(func=cmd_verify)
     models = sub.add_parser("models", help="list embedded models, or fetch one into the cache")
     models.add_argument(
         "action", choices=["list", "fetch"], help="list: what is embedded and cached; fetch: download one"
@@ -200,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument(
         "ref", nargs="?", default=DEFAULT_MODEL, help=f"model reference to fetch (default {DEFAULT_MODEL})"
     )
-    models.set_defaults(func=tools.cmd_models)
+    models.set_defaults(func=cmd_models)
     data = sub.add_parser(
         "data",
         help="list the evaluation datasets, or download them into the data directory",
@@ -212,13 +212,13 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("names", nargs="*", help="datasets to download (default: all)")
     data.add_argument("--dir", help="data directory (default: $POPULORA_DATA or ~/.cache/populora/data)")
     data.add_argument("--mirror", help="a mirror serving each file under <mirror>/<host>/<path> of its address")
-    data.set_defaults(func=tools.cmd_data)
+    data.set_defaults(func=cmd_data)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    commands.quiet_prefect(args.verbose)
+    quiet_prefect(args.verbose)
     if not args.verbose:  # transformers 5 renames (gradient -> activation checkpointing) warn on every update
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
     logging.basicConfig(

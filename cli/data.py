@@ -1,6 +1,6 @@
-"""Commands beside training: `populora verify` (the sandbox on proposals and answers), `populora
-models` (embedded base models) and `populora prune` (old snapshots' adapter weights removed,
-every artifact kept)."""
+"""The commands about what a run is made of: `verify` (the sandbox on given proposals and
+answers), `models` (embedded base models) and `data` (evaluation datasets).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import argparse
 import json
 import time
 from pathlib import Path
-
-from flows.commands import _error, _runs_dir, _user_errors
 
 
 def _sandbox_config(args: argparse.Namespace):
@@ -150,48 +148,3 @@ def cmd_data(args: argparse.Namespace) -> int:
         return 1
     console.print(f"{len(paths)} file(s) in {directory}, each matching its published SHA-256")
     return 0
-
-
-# training runs ------------------------------------------------------------------
-def cmd_prune(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from populora_core import storage
-    from populora_core.runs import open_run
-    from populora_core.stages.summary import mib
-
-    console = Console()
-    try:
-        run = open_run(args.run, _runs_dir(args))
-        if args.dry_run:
-            todo, kept = storage.prune_plan(run, args.keep_last, args.keep_every)
-            console.print(f"would prune snapshots {storage.ranges(todo) or 'none'}; keeping {storage.ranges(kept)}")
-            return 0
-        with run.lock(f"populora prune {run.root}"):
-            result = storage.prune(run, args.keep_last, args.keep_every)
-    except _user_errors() as exc:
-        return _error(console, exc)
-    console.print(
-        f"pruned snapshots {storage.ranges(result.pruned) or 'none'} ({mib(result.freed_bytes)} freed); "
-        f"snapshots with weights: {storage.ranges(result.kept)}. Every artifact, population.parquet and the "
-        "lineage remain; resume starts from the newest snapshot, replay and evaluate need a kept one."
-    )
-    return 0
-
-
-def add_parser(sub) -> None:
-    prune = sub.add_parser(
-        "prune",
-        help="remove old snapshots' adapter weights (artifacts stay)",
-        description="Removes the adapter weights and optimizer states of a run's old population snapshots (and "
-        "the updated/ adapters they were linked from), keeping the newest --keep-last and every --keep-every-th. "
-        "Every Parquet artifact, each snapshot's population.parquet and the lineage stay, so analyze works "
-        "unchanged; resume starts from the newest snapshot (always kept); replay and evaluate of a pruned "
-        "generation say so.",
-    )
-    prune.add_argument("run", help="run directory or run id")
-    prune.add_argument("--keep-last", type=int, default=2, help="newest snapshots kept (default 2, at least 1)")
-    prune.add_argument("--keep-every", type=int, default=0, help="also keep every K-th snapshot (0 = none)")
-    prune.add_argument("--dry-run", action="store_true", help="say what would be pruned, change nothing")
-    prune.add_argument("--runs-dir", help="where runs live (default ./runs or $POPULORA_RUNS)")
-    prune.set_defaults(func=cmd_prune)

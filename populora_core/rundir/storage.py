@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from populora_core.artifacts import (
+from populora_core.config import ConfigError
+from populora_core.rundir.artifacts import (
     SUCCESS,
     TMP_MARK,
     damage,
@@ -40,10 +41,9 @@ from populora_core.artifacts import (
     schema_difference,
     write_text_atomic,
 )
-from populora_core.config import ConfigError
 
 if TYPE_CHECKING:
-    from populora_core.runs import RunDir
+    from populora_core.rundir.layout import RunLayout
 
 OPTIMIZER_STATE = "optimizer.pt"  # population.adapters.OPTIMIZER_STATE (not imported: no cycle)
 PRUNED = "_PRUNED"
@@ -86,7 +86,7 @@ def _inode(path: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def bytes_written(run: RunDir, generation: int) -> int:
+def bytes_written(run: RunLayout, generation: int) -> int:
     """Bytes ``generation`` added to the run: its artifacts, its updated adapters and the
     next snapshot, without what is linked from the snapshot it started from."""
     new = [run.gen(generation), run.members_dir(generation + 1)]
@@ -94,12 +94,12 @@ def bytes_written(run: RunDir, generation: int) -> int:
 
 
 # optimizer state -------------------------------------------------------------------
-def snapshot_generations(run: RunDir) -> list[int]:
+def snapshot_generations(run: RunLayout) -> list[int]:
     """Generations with a snapshot directory, in order."""
     return sorted(int(p.name[4:]) for p in run.population.glob("gen_[0-9][0-9][0-9][0-9]") if p.is_dir())
 
 
-def drop_optimizer_states(run: RunDir, keep: int) -> list[Path]:
+def drop_optimizer_states(run: RunLayout, keep: int) -> list[Path]:
     """Unlinks optimizer states older than the newest ``keep`` snapshots (0: keeps all):
     in the snapshot and in the ``updated/`` directory it was linked from (the bytes go
     once no name is left). Returns the names removed."""
@@ -118,18 +118,18 @@ def drop_optimizer_states(run: RunDir, keep: int) -> list[Path]:
     return removed
 
 
-def optimizer_dropped(run: RunDir, generation: int) -> bool:
+def optimizer_dropped(run: RunLayout, generation: int) -> bool:
     return (run.members_dir(generation) / OPTIMIZER_DROPPED).is_file()
 
 
 # pruning --------------------------------------------------------------------------
-def pruned(run: RunDir, generation: int) -> dict | None:
+def pruned(run: RunLayout, generation: int) -> dict | None:
     """What ``prune`` recorded for snapshot ``generation``, or None if its weights are there."""
     marker = run.members_dir(generation) / PRUNED
     return json.loads(marker.read_text()) if marker.is_file() else None
 
 
-def require_snapshot(run: RunDir, generation: int, purpose: str) -> None:
+def require_snapshot(run: RunLayout, generation: int, purpose: str) -> None:
     """Raises PrunedSnapshot (one line: what, why, the snapshots still there) when the
     weights of snapshot ``generation`` were pruned."""
     if pruned(run, generation) is None:
@@ -159,7 +159,7 @@ class PruneResult:
     freed_bytes: int
 
 
-def prune_plan(run: RunDir, keep_last: int, keep_every: int) -> tuple[list[int], list[int]]:
+def prune_plan(run: RunLayout, keep_last: int, keep_every: int) -> tuple[list[int], list[int]]:
     """(snapshots to prune, snapshots kept): the newest ``keep_last`` (at least the newest,
     which a resume starts from), every ``keep_every``-th (0: none), and those already pruned
     stay pruned."""
@@ -174,7 +174,7 @@ def prune_plan(run: RunDir, keep_last: int, keep_every: int) -> tuple[list[int],
     return todo, sorted(s for s in kept if pruned(run, s) is None)
 
 
-def prune(run: RunDir, keep_last: int, keep_every: int = 0) -> PruneResult:
+def prune(run: RunLayout, keep_last: int, keep_every: int = 0) -> PruneResult:
     """Removes the adapter weights (and optimizer states) of every snapshot outside the
     plan, with the ``updated/`` directory it was linked from; keeps each snapshot's
     population.parquet, every generation's artifacts and the lineage. The caller holds
@@ -212,7 +212,7 @@ def seal(directory: Path, record: dict) -> Path:
     return mark_success(directory, record | {"artifacts": artifact_digests(directory)})
 
 
-def artifact_damage(run: RunDir, generation: int, names: Iterable[str]) -> dict[str, str]:
+def artifact_damage(run: RunLayout, generation: int, names: Iterable[str]) -> dict[str, str]:
     """Artifact name → what is wrong, for the artifacts ``names`` of ``generation``: the
     Parquet footer and the schema of any generation; for a complete one also the size and
     sha256 recorded in ``_SUCCESS`` (a size check first: most damage changes it)."""
@@ -235,7 +235,7 @@ def artifact_damage(run: RunDir, generation: int, names: Iterable[str]) -> dict[
     return found
 
 
-def reseal(run: RunDir, generation: int, names: Iterable[str]) -> None:
+def reseal(run: RunLayout, generation: int, names: Iterable[str]) -> None:
     """Records the new digests of recomputed artifacts ``names`` in ``_SUCCESS``."""
     gen = run.gen(generation)
     record = read_success(gen)

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from populora_core import runlock
-from populora_core.runlock import RunBusy
+from populora_core.rundir import lock as runlock
+from populora_core.rundir.lock import RunBusy
 
 HOLD = """
 import sys, time
-from populora_core import runlock
+from populora_core.rundir import lock as runlock
 runlock.acquire(sys.argv[1], "populora resume (test)")
 print("held", flush=True)
 time.sleep(600)
@@ -48,7 +48,7 @@ def test_a_second_process_fails_at_once_naming_the_holder_then_takes_over_when_i
 
 def _try_elsewhere(root) -> subprocess.CompletedProcess:
     """Another process tries to take the lock."""
-    code = "import sys; from populora_core import runlock; runlock.acquire(sys.argv[1])"
+    code = "import sys; from populora_core.rundir import lock as runlock; runlock.acquire(sys.argv[1])"
     return subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, check=False)
 
 

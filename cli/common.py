@@ -1,0 +1,82 @@
+"""What every `populora` command shares: the errors a user can cause, printed in one line
+(exit status 2), the runs directory, quiet Prefect logging and the generations table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    from populora_core.config import ConfigError
+    from populora_core.models import ModelUnavailable
+    from populora_core.rundir.artifacts import ArtifactError
+    from populora_core.rundir.lock import RunLockError
+    from populora_core.sandbox import SandboxUnavailable
+
+    return (ConfigError, ModelUnavailable, SandboxUnavailable, ArtifactError, RunLockError)
+
+
+def error(console, message: object) -> int:
+    """Prints a user error in one line; the exit status of a command that could not start."""
+    console.print(f"[red]error:[/red] {message}")
+    return 2
+
+
+def quiet_prefect(verbose: bool) -> None:
+    """Prefect's INFO lines drown the progress bars; the CLI prints its own summary."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if not verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+def runs_dir(args: argparse.Namespace) -> Path:
+    from populora_core.rundir.run import default_runs_dir
+
+    return Path(args.runs_dir) if args.runs_dir else default_runs_dir()
+
+
+NARROW = ("gen", "valid", "solved", "fmt err", "T reward", "drift", "sec")
+"""The generation table's columns at 80 columns (`populora status --wide` shows every one)."""
+
+
+def generations_table(run, wide: bool = False) -> object:
+    """One row per complete generation: `NARROW`'s columns, or every column when ``wide``."""
+    from rich.table import Table
+
+    from populora_core.stages.summary import mib, pct, updated_count
+
+    columns = ("gen", "valid", "solved", "fresh", "fmt err", "T reward", "updated", "drift", "cov/all", "repl", "sec")
+    columns += ("written", "resumed")
+    shown = columns if wide else NARROW
+    table = Table(title=f"{run.run_id}: generations")
+    for col in shown:
+        table.add_column(col, justify="right")
+    for s in run.summaries():
+        rewards = list(s["teacher_reward"].values())
+        cells = dict(
+            zip(
+                columns,
+                (
+                    str(s["generation"]),
+                    f"{s['valid_rate']:.0%}",
+                    f"{s['solve_rate']:.0%}",
+                    pct(s.get("fresh_solve_rate", float("nan"))),
+                    f"{s['format_error_rate']:.0%}",
+                    f"{sum(rewards) / len(rewards):+.2f}" if rewards else "",
+                    updated_count(s),
+                    pct(s.get("drift_mean", float("nan"))),
+                    f"{s['coverage']:.1%}/{s['cumulative_coverage']:.1%}",
+                    str(len(s["replaced"])),
+                    f"{s['seconds']:.0f}",
+                    mib(s["bytes_written"]) if "bytes_written" in s else "",
+                    ",".join(s.get("resumed_stages", [])) or "-",
+                ),
+                strict=True,
+            )
+        )
+        table.add_row(*(cells[c] for c in shown))
+    return table

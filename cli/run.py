@@ -1,0 +1,134 @@
+"""The commands that create or change a run: `train`, `resume`, `replay`, `prune`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from cli.common import error, generations_table, runs_dir, user_errors
+
+
+def run_training(console, run, generations: int | None, command: str, recompute: list[str] | None = None) -> int:
+    """Runs the train flow on ``run`` holding its lock (taken here first, so that a run
+    another process works on fails at once, in one line, before any flow starts)."""
+    from flows.automations import heartbeats
+    from flows.train import train_flow
+
+    try:
+        with run.lock(command), heartbeats():
+            console.print(f"run directory: [bold]{run.root}[/bold]")
+            train_flow(run_id=str(run.root.resolve()), generations=generations, recompute=recompute)
+    except user_errors() as exc:
+        return error(console, exc)
+    console.print(generations_table(run))
+    console.print(f"run directory: [bold]{run.root}[/bold]  (populora status {run.root})")
+    return 0
+
+
+def cluster_settings(args: argparse.Namespace) -> dict:
+    """``--cluster`` / ``--address`` as settings of the config's ``cluster:`` (an address implies
+    the Ray engine, the local engine clears it)."""
+    from populora_core.config import ConfigError
+
+    if args.cluster == "local" and args.address:
+        raise ConfigError("--address joins a Ray cluster; it contradicts --cluster local")
+    engine = args.cluster or ("ray" if args.address else None)
+    settings = {"engine": engine} if engine else {}
+    if args.address is not None or engine == "local":
+        settings["address"] = args.address or ""
+    return settings
+
+
+def cluster_overrides(args: argparse.Namespace) -> list[str]:
+    """``cluster_settings`` as `key=value` overrides (values quoted: YAML would read host:port)."""
+    return [f"cluster.{key}={json.dumps(value)}" for key, value in cluster_settings(args).items()]
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from populora_core.config import DEFAULT_PRESET, load_config
+    from populora_core.rundir.run import create_run
+
+    console = Console()
+    preset = args.preset if args.preset or args.config else DEFAULT_PRESET
+    try:
+        overrides = [*args.set, *([f"generations={args.generations}"] if args.generations else [])]
+        overrides += cluster_overrides(args)
+        config = load_config(args.config, preset=preset, overrides=overrides)
+        run = create_run(runs_dir(args), config, run_id=args.run_id, preset=preset)
+    except user_errors() as exc:
+        return error(console, exc)
+    return run_training(console, run, args.generations, f"populora train --run-id {run.run_id}")
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from populora_core.rundir.run import open_run
+    from populora_core.stages.runner import check_intact
+
+    console = Console()
+    try:
+        run = open_run(args.run, runs_dir(args))
+        settings = cluster_settings(args)
+        if settings:  # placement only; under the lock: a running process would re-read config.yaml
+            with run.lock(f"populora resume {run.root}"):
+                run.set_cluster(settings)
+        run.config()
+        check_intact(run, args.recompute)  # here too: in the flow it would come with Prefect's traceback
+    except user_errors() as exc:
+        return error(console, exc)
+    return run_training(console, run, args.generations, f"populora resume {run.root}", recompute=args.recompute)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from flows.automations import heartbeats
+    from flows.generation import generation_flow
+    from populora_core.replay import prepare_replay, replay_warnings
+    from populora_core.rundir.run import open_run
+
+    console = Console()
+    try:
+        source = open_run(args.run, runs_dir(args))
+        out = source.sibling(args.out)
+        new = prepare_replay(source, out, from_stage=args.from_stage, generation=args.generation, overrides=args.set)
+    except user_errors() as exc:
+        return error(console, exc)
+    console.print(f"replaying generation {args.generation} of {source.root} from '{args.from_stage}' into {new.root}")
+    for line in replay_warnings(source, args.generation, args.from_stage):
+        console.print(f"[yellow]warning[/yellow] {line}")
+    with heartbeats():  # the server's automation watches generation flow runs (flows.automations)
+        generation_flow(str(new.root), args.generation, until=args.until)
+    if args.until is None:
+        console.print(generations_table(new))
+    console.print(f"run directory: [bold]{new.root}[/bold]")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from populora_core.rundir import storage
+    from populora_core.rundir.run import open_run
+    from populora_core.stages.summary import mib
+
+    console = Console()
+    try:
+        run = open_run(args.run, runs_dir(args))
+        if args.dry_run:
+            todo, kept = storage.prune_plan(run, args.keep_last, args.keep_every)
+            console.print(f"would prune snapshots {storage.ranges(todo) or 'none'}; keeping {storage.ranges(kept)}")
+            return 0
+        with run.lock(f"populora prune {run.root}"):
+            result = storage.prune(run, args.keep_last, args.keep_every)
+    except user_errors() as exc:
+        return error(console, exc)
+    console.print(
+        f"pruned snapshots {storage.ranges(result.pruned) or 'none'} ({mib(result.freed_bytes)} freed); "
+        f"snapshots with weights: {storage.ranges(result.kept)}. Every artifact, population.parquet and the "
+        "lineage remain; resume starts from the newest snapshot, replay and evaluate need a kept one."
+    )
+    return 0
