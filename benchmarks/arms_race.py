@@ -46,8 +46,8 @@ def _train(runs: dict[str, RunDir], generations: int) -> None:
     """Every missing generation of ``runs``, generation by generation, alternating."""
     from prefect import flow
 
+    from benchmarks._flows import subflows_without_heartbeat
     from flows.generation import generation_flow
-    from flows.train import subflows_without_heartbeat
 
     @flow(name="populora-arms-race")
     def arms_race() -> None:

@@ -41,8 +41,8 @@ def main() -> None:
 
     from prefect import flow
 
+    from benchmarks._flows import subflows_without_heartbeat
     from flows.generation import generation_flow
-    from flows.train import subflows_without_heartbeat
 
     configs = {
         "population": load_config(preset=args.preset),

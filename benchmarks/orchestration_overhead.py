@@ -1,7 +1,7 @@
 """What Prefect and the Parquet artifacts cost: one cpu-tiny generation two ways.
 
 - flow: ``flows.generation.generation_flow`` as the train flow runs it (a subflow,
-  ``flows.train.continue_run``) — a Prefect task per stage and ``finish``, every
+  ``flows.train.train_flow``) — a Prefect task per stage, ``prepare`` and ``finish``, every
   artifact written and read back as Parquet, the UI table published, ``_SUCCESS``
   written;
 - direct: the stage table's functions called in order in one process, frames
@@ -82,8 +82,8 @@ def main() -> None:
 
     from prefect import flow
 
+    from benchmarks._flows import subflows_without_heartbeat
     from flows.generation import generation_flow
-    from flows.train import subflows_without_heartbeat
 
     config = load_config(preset=args.preset)
     root = Path(tempfile.mkdtemp(prefix="populora-bench-"))

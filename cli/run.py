@@ -8,16 +8,21 @@ import json
 from cli.common import error, generations_table, runs_dir, user_errors
 
 
-def run_training(console, run, generations: int | None, command: str, recompute: list[str] | None = None) -> int:
-    """Runs the train flow on ``run`` holding its lock (taken here first, so that a run
-    another process works on fails at once, in one line, before any flow starts)."""
+def run_training(
+    console, run, generations: int | None, recompute: list[str] | None = None, cluster: dict | None = None
+) -> int:
+    """Runs the train flow on ``run``, which takes the run's lock; a run another process
+    works on fails here first, in one line, before any flow starts."""
     from flows.automations import heartbeats
     from flows.train import train_flow
 
     try:
-        with run.lock(command), heartbeats():
+        run.check_free()
+        with heartbeats():
             console.print(f"run directory: [bold]{run.root}[/bold]")
-            train_flow(run_id=str(run.root.resolve()), generations=generations, recompute=recompute)
+            train_flow(
+                run_id=str(run.root.resolve()), generations=generations, recompute=recompute, cluster=cluster or None
+            )
     except user_errors() as exc:
         return error(console, exc)
     console.print(generations_table(run))
@@ -59,7 +64,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         run = create_run(runs_dir(args), config, run_id=args.run_id, preset=preset)
     except user_errors() as exc:
         return error(console, exc)
-    return run_training(console, run, args.generations, f"populora train --run-id {run.run_id}")
+    return run_training(console, run, args.generations)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -71,15 +76,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
     console = Console()
     try:
         run = open_run(args.run, runs_dir(args))
-        settings = cluster_settings(args)
-        if settings:  # placement only; under the lock: a running process would re-read config.yaml
-            with run.lock(f"populora resume {run.root}"):
-                run.set_cluster(settings)
+        settings = cluster_settings(args)  # placement only; the flow sets it under the run's lock
         run.config()
         check_intact(run, args.recompute)  # here too: in the flow it would come with Prefect's traceback
     except user_errors() as exc:
         return error(console, exc)
-    return run_training(console, run, args.generations, f"populora resume {run.root}", recompute=args.recompute)
+    return run_training(console, run, args.generations, recompute=args.recompute, cluster=settings)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

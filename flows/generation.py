@@ -1,19 +1,20 @@
-"""One generation as a Prefect flow: one task per entry of the stage table, then the
-summary and the completeness marker.
+"""One generation as a Prefect flow: its preparation, one task per entry of the stage
+table, then its finish (the summary and the completeness marker) and its tracking.
 
-    pair → propose → validate → solve → probe → verify → reward → update → rate → evolve → measure → _SUCCESS
+    prepare → pair → propose → validate → solve → probe → verify → reward → update → rate → evolve
+    → measure → finish (_SUCCESS) → tracking
 
-Run it alone (deployment ``populora-generation``) or as a subflow of ``flows/train.py``.
-A retried flow run skips every stage whose artifact exists (see ``tasks/stages.py``);
-an artifact of this generation that is unreadable (truncated by a crash, damaged on
-disk) is deleted first, with its stage's other outputs, and recomputed. The flow run
-is named ``<run_id>/gen_NNNN``; it holds the run's lock (re-entrant: a training flow
-already holds it), and when it is not a subflow it first sets what a dead process
-left Running to Crashed.
+Run it alone (deployment ``populora-generation``, ``populora replay``) or as a subflow of
+``flows/train.py``. A retried flow run skips every stage whose artifact exists; an
+artifact of this generation that is unreadable (truncated by a crash, damaged on disk)
+is deleted first, with its stage's other outputs, and recomputed. The flow run is named
+``<run_id>/gen_NNNN``. Run alone, it takes the run's lock and first sets what a dead
+process left Running to Crashed; as a subflow its parent did both.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -21,9 +22,11 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from populora_core.config import ConfigError
-from populora_core.rundir.run import default_runs_dir, open_run
+from populora_core.rundir.run import RunDir, default_runs_dir, open_run
+from populora_core.stages.table import stage_names
 from tasks.orphans import crash_orphans
-from tasks.stages import finish_generation, remove_damaged, stage_names, stage_task
+from tasks.stages import finish, prepare, stage_task
+from tasks.tracking import sync_tracking
 
 
 def _generation_run_name() -> str:
@@ -39,8 +42,9 @@ def _generation_run_name() -> str:
 
 
 def lock_holder() -> str:
-    """What the run lock records as its holder when a flow (not the CLI) takes it."""
-    return f"{flow_run.get_flow_name()} flow run {flow_run.get_name()}"
+    """What the run lock records as its holder: the process's command and the flow run."""
+    command = " ".join(["populora", *sys.argv[1:]])[:200]
+    return f"{command}; {flow_run.get_flow_name()} flow run {flow_run.get_name()}"
 
 
 @flow(name="populora-generation", flow_run_name=_generation_run_name)
@@ -52,25 +56,25 @@ def generation_flow(run_dir: str, generation: int | None = None, until: str | No
     replay), leaving the generation incomplete.
     """
     run = open_run(run_dir, default_runs_dir())
+    if flow_run.get_parent_flow_run_id() is not None:  # the training flow holds the lock
+        return run_generation(run, generation, until)
     with run.lock(lock_holder()):
-        if flow_run.get_parent_flow_run_id() is None:
-            crash_orphans(run)
-        return _generation(run, generation, until)
+        crash_orphans(run)
+        return run_generation(run, generation, until)
 
 
-def _generation(run, generation: int | None, until: str | None) -> dict:
+def run_generation(run: RunDir, generation: int | None = None, until: str | None = None) -> dict:
+    """The generation's tasks, in the flow that holds the run's lock."""
     generation = run.next_generation() if generation is None else generation
     if run.is_complete(generation):
         return run.success(generation)
-    if generation > 0 and not run.is_complete(generation - 1):
-        raise RuntimeError(f"generation {generation - 1} of {run.root} is not complete; run it first")
-    run.remove_partials(generation)
-    for line in remove_damaged(run, generation):
-        print(line, flush=True)
+    prepare(run, generation)
     started = time.time()
     names = stage_names()
     last = names.index(until) if until else len(names) - 1
-    records = {name: stage_task(name)(str(run.root), generation) for name in names[: last + 1]}
+    records = {name: stage_task(name)(run, generation) for name in names[: last + 1]}
     if until and until != names[-1]:
         return {"stopped_after": until, "stages": records}
-    return finish_generation(str(run.root), generation, records, started)
+    record = finish(run, generation, records, started)
+    sync_tracking(run)  # after _SUCCESS: a process killed in between is caught up by the next sync
+    return record

@@ -5,9 +5,10 @@ existing run it continues from the first incomplete generation (that generation
 itself resumes at its first incomplete stage). `populora train`, `populora resume`
 and the `train` and `resume` deployments all run this one flow (`populora-train`),
 its flow run named after the run; each generation is a subflow run named
-`<run_id>/gen_NNNN`. It holds the run's lock while it works, and first sets what a
-dead process left Running in the Prefect UI to Crashed (``tasks.orphans``); until then
-the server's automation does, once the dead runs' heartbeats stop (``flows.automations``).
+`<run_id>/gen_NNNN`. It takes the run's lock (the one place on this path that does) and
+first sets what a dead process left Running in the Prefect UI to Crashed
+(``tasks.orphans``); until then the server's automation does, once the dead runs'
+heartbeats stop (``flows.automations``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from pathlib import Path
 
 from prefect import flow
 from prefect.runtime import flow_run
-from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
 from flows.generation import generation_flow, lock_holder
 from populora_core.config import DEFAULT_PRESET, ConfigError, load_config
@@ -79,33 +79,23 @@ def train_flow(
         _rename(run)
         if existing and cluster:  # under the lock: a running process would re-read config.yaml
             run.set_cluster(cluster)
-        return continue_run(str(run.root), generations, recompute)
+        return _continue(run, generations or run.config().generations, recompute or [])
 
 
-def subflows_without_heartbeat():
-    """Settings under which flows start no heartbeat thread: for benchmarks that time the
-    orchestration (Prefect joins a flow's heartbeat thread for up to a second when the
-    flow ends). Enter it once around the loop (building the settings costs ~0.15 s).
-    Runs a user starts beat (``flows.automations.heartbeats``)."""
-    return temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
-
-
-def continue_run(run_dir: str, generations: int | None = None, recompute: list[str] | None = None) -> dict:
-    """Generation subflows from the first incomplete one up to ``generations`` in all,
-    under the run's lock, after crashing what a dead process left Running, recomputing
-    the artifacts ``recompute`` names and checking that no complete generation's artifact
-    is damaged (it would name the command that recomputes it)."""
-    run = open_run(run_dir)
-    target = generations or run.config().generations
-    summaries = {}
-    with run.lock(lock_holder()):
-        crashed = crash_orphans(run)
-        if crashed:
-            print(f"set to Crashed (their process died): {', '.join(crashed)}")
-        for ref in recompute or []:
-            print(recompute_artifact(str(run.root), ref))
-        check_intact(run)
-        sync_tracking(str(run.root))  # generations complete but not yet logged (a kill in between)
-        for g in range(run.next_generation(), target):  # each beats as its parent does (flows.automations)
-            summaries[g] = generation_flow(str(run.root), g)
-    return {"run_dir": str(run.root), "generations": target, "ran": sorted(summaries)}
+def _continue(run: RunDir, target: int, recompute: list[str]) -> dict:
+    """Generation subflows from the first incomplete one up to ``target`` in all, after
+    crashing what a dead process left Running, recomputing the artifacts ``recompute``
+    names and checking that no complete generation's artifact is damaged (it would name
+    the command that recomputes it)."""
+    crashed = crash_orphans(run)
+    if crashed:
+        print(f"set to Crashed (their process died): {', '.join(crashed)}")
+    for ref in recompute:
+        print(recompute_artifact(run, ref))
+    check_intact(run)
+    sync_tracking(run)  # generations complete but not yet logged (a kill in between)
+    ran = []
+    for g in range(run.next_generation(), target):  # each beats as its parent does (flows.automations)
+        generation_flow(str(run.root), g)
+        ran.append(g)
+    return {"run_dir": str(run.root), "generations": target, "ran": ran}

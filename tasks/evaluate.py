@@ -12,7 +12,7 @@ from populora_core.evaluation import stages
 from populora_core.evaluation.benchmarks import BENCHMARKS, has_data
 from populora_core.evaluation.datasets import data_dir as default_data_dir
 from populora_core.rundir.run import open_run
-from populora_core.stages.summary import artifact_key
+from tasks.ui import artifact_key
 
 __all__ = [
     "BENCHMARKS",

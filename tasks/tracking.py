@@ -10,7 +10,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import MissingContextError
 
 from populora_core import tracking
-from populora_core.rundir.run import RunDir, open_run
+from populora_core.rundir.run import RunDir
 
 
 def warn(lines: list[str]) -> None:
@@ -23,19 +23,14 @@ def warn(lines: list[str]) -> None:
             pass
 
 
-def sync_run(run: RunDir) -> dict:
-    """Logs every complete generation the run's tracking backends lack (``tracking.sync``)."""
+@task(name="tracking", task_run_name="tracking", cache_policy=NO_CACHE)
+def sync_tracking(run: RunDir) -> dict:
+    """Logs every complete generation the run's tracking backends lack (``tracking.sync``):
+    the one just finished, and any a process killed between its ``_SUCCESS`` and its
+    logging left out; returns ``{"logged": {backend: [generations]}, "warnings": [...]}``."""
     record = tracking.sync(run)
     warn(record["warnings"])
     return record
-
-
-@task(name="tracking", task_run_name="tracking", cache_policy=NO_CACHE)
-def sync_tracking(run_dir: str) -> dict:
-    """Catches the run's tracking up with its complete generations (a resumed run whose
-    process died after a generation's ``_SUCCESS`` but before logging it); returns
-    ``{"logged": {backend: [generations]}, "warnings": [...]}``."""
-    return sync_run(open_run(run_dir))
 
 
 def log_report(runs: list[RunDir], report_dir: Path) -> None:

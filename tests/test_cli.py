@@ -51,15 +51,6 @@ def test_verify_timeout_is_the_limit_every_program_runs_under(tmp_path):
     assert "4499998500000" in long.stdout
 
 
-def test_a_config_with_the_old_problems_time_limit_loads_with_it_in_the_sandbox():
-    from populora_core.config import validate_config
-
-    config = validate_config({"problems": {"timeout_s": 3.5}})
-    assert config.sandbox.timeout_s == 3.5 and "timeout_s" not in config.problems.model_dump()
-    both = validate_config({"problems": {"timeout_s": 3.5}, "sandbox": {"timeout_s": 1.0}})
-    assert both.sandbox.timeout_s == 1.0
-
-
 def test_unavailable_backend_fails_with_a_message():
     proc = subprocess.run(
         [sys.executable, "-m", "cli", "verify", "--demo", "--backend", "docker"],

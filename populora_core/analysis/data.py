@@ -20,7 +20,7 @@ from populora_core.rundir.artifacts import ArtifactError
 from populora_core.rundir.run import RunDir
 from populora_core.stages.runner import check_intact
 
-GATHERED = ("problems", "verdicts", "rewards", "ratings", "lineage", "coverage", "proposals")
+GATHERED = ("problems", "verdicts", "rewards", "ratings", "lineage", "coverage", "proposals", "probes")
 PROBE_COLUMNS = ["generation", "adapter_id", "role", "problem_id", "completion", "tokens", "status", "changed"]
 
 
@@ -62,11 +62,6 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
     for name in GATHERED:
         parts = [run.read(g, name) for g in done]
         frames[name] = pd.concat(parts, ignore_index=True)
-    probes = [run.read(g, "probes") for g in done if run.has(g, "probes")]  # runs from before the probe: none
-    frames["probes"] = pd.concat(probes, ignore_index=True) if probes else pd.DataFrame(columns=PROBE_COLUMNS)
-    for key in ("coverage", "cumulative_coverage"):  # runs from before coverage existed: NaN
-        if key not in summaries:
-            summaries[key] = float("nan")
     population = pd.concat(
         [run.members_frame(g) for g in [*done, done[-1] + 1]],
         ignore_index=True,

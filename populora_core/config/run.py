@@ -212,20 +212,6 @@ class RunConfig(_Frozen):
     tracking: TrackingConfig = TrackingConfig()
     cluster: ClusterConfig = ClusterConfig()
 
-    @model_validator(mode="before")
-    @classmethod
-    def _one_time_limit(cls, data: object) -> object:
-        """A program has one time limit, ``sandbox.timeout_s``; a configuration written when
-        ``problems.timeout_s`` also existed loads with that value moved there."""
-        problems = data.get("problems") if isinstance(data, dict) else None
-        if isinstance(problems, dict) and "timeout_s" in problems:
-            problems = dict(problems)
-            limit = problems.pop("timeout_s")
-            sandbox = dict(data.get("sandbox") or {})
-            sandbox.setdefault("timeout_s", limit)
-            data = {**data, "problems": problems, "sandbox": sandbox}
-        return data
-
     @property
     def _total_matched(self) -> bool:
         return self.population.single_agent and self.baseline.matching == "total"

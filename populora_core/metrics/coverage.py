@@ -18,9 +18,7 @@ branches, 99 lines, Halstead volume ~270,000 before an entry clips, where the ol
 fixed scales clipped at depth 12, 8 branches, 25 lines and volume 1,000, which 7B
 models' programs pass. The logarithm keeps small programs (most of what small models
 write) spread out. So coverage stays comparable across runs and model sizes. A run
-stores the calibration it measured with (``cvt_calibration.json``); runs made before
-it existed (no file) keep the old scales (depth / 12, (cyclomatic − 1) / 7,
-(lines − 1) / 24, log(1 + volume) / log 1001).
+stores the calibration it measured with (``cvt_calibration.json``).
 
 The first four say how big and branchy a program is, the last four what it is
 made of; ``return x * 3`` and a nested loop over a dict land in different cells.
@@ -99,16 +97,6 @@ def calibrate(programs: Iterable[str]) -> Calibration:
     }
 
 
-def _legacy_sizes(m: dict[str, float], scaled) -> list[float]:
-    halstead = m["halstead"] if not math.isnan(m["halstead"]) else 0.0
-    return [
-        scaled(m["ast_depth"], 0.0, 12.0),
-        scaled(m["cyclomatic"], 1.0, 8.0),
-        scaled(m["loc"], 1.0, 25.0),
-        scaled(math.log1p(max(0.0, halstead)), 0.0, math.log1p(1000.0)),
-    ]
-
-
 def _calibrated_sizes(m: dict[str, float], calibration: Calibration) -> list[float]:
     out = []
     for k in SIZE_METRICS:
@@ -117,9 +105,9 @@ def _calibrated_sizes(m: dict[str, float], calibration: Calibration) -> list[flo
     return out
 
 
-def descriptor(source: str, calibration: Calibration | None = None) -> np.ndarray | None:
+def descriptor(source: str, calibration: Calibration = REFERENCE_CALIBRATION) -> np.ndarray | None:
     """The 8-number descriptor of ``source`` (see the module docstring), the size entries
-    calibrated by ``calibration`` (None: the old clipped scales); None if it does not parse."""
+    calibrated by ``calibration``; None if it does not parse."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -128,14 +116,10 @@ def descriptor(source: str, calibration: Calibration | None = None) -> np.ndarra
     nodes = list(ast.walk(tree))
     n = max(1, len(nodes))
 
-    def scaled(value: float, bottom: float, top: float) -> float:
-        return 0.0 if math.isnan(value) else min(1.0, max(0.0, (value - bottom) / (top - bottom)))
-
     def share(kinds: tuple[type, ...]) -> float:
-        return scaled(3.0 * sum(isinstance(x, kinds) for x in nodes) / n, 0.0, 1.0)
+        return min(1.0, 3.0 * sum(isinstance(x, kinds) for x in nodes) / n)
 
-    sizes = _legacy_sizes(m, scaled) if calibration is None else _calibrated_sizes(m, calibration)
-    return np.array([*sizes, share(_CONTROL), share(_DATA), share(_CALLS), share(_ARITH)])
+    return np.array([*_calibrated_sizes(m, calibration), share(_CONTROL), share(_DATA), share(_CALLS), share(_ARITH)])
 
 
 def cvt_centroids(cells: int, seed: int, samples: int = 20_000) -> np.ndarray:
@@ -162,7 +146,9 @@ def cells_of(descriptors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     return np.asarray(archive.index_of(np.asarray(descriptors, dtype=np.float64)), dtype=np.int64)
 
 
-def problem_cells(programs: Sequence[str], centroids: np.ndarray, calibration: Calibration | None = None) -> np.ndarray:
+def problem_cells(
+    programs: Sequence[str], centroids: np.ndarray, calibration: Calibration = REFERENCE_CALIBRATION
+) -> np.ndarray:
     """CVT cell per program (−1 for a program that does not parse)."""
     rows = [descriptor(p, calibration) for p in programs]
     ok = [i for i, d in enumerate(rows) if d is not None]

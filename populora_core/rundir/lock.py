@@ -5,9 +5,9 @@ writes who holds it (host, pid, command, since when) into it. The kernel release
 the lock when the holder dies, however it dies, so a lock left by a killed process
 is simply taken over; there is no heartbeat to expire and no stale file to clean.
 A second ``train``/``resume``/``replay`` of the same run fails at once with
-``RunBusy`` naming the holder. The lock is re-entrant within a process: the CLI
-takes it before it starts the flow, and the flows (which also run from
-deployments, where no CLI took it) take it again.
+``RunBusy`` naming the holder. The outermost flow takes it (``populora-train``, or
+``populora-generation`` run alone); the CLI only checks beforehand (``check_free``) so that
+a busy run fails in one line before any flow starts. It is re-entrant within a process.
 
 ``flock`` is per host: a run directory on a shared filesystem is locked by the
 driver process, which is the only one that writes a run's progress.
@@ -92,11 +92,7 @@ def acquire(run_root: str | Path, command: str | None = None) -> None:
         if not _try_lock(fd):
             holder = _read_holder(fd)
             os.close(fd)
-            who = holder.describe() if holder else "another process"
-            raise RunBusy(
-                f"run {Path(run_root)} is in use by {who}; wait for it to finish or stop it "
-                f"(a killed holder releases the run at once)"
-            ) from None
+            raise _busy(run_root, holder) from None
         me = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
@@ -110,6 +106,14 @@ def acquire(run_root: str | Path, command: str | None = None) -> None:
             os.close(fd)  # releases the lock
             raise
         _held[str(path)] = [fd, 1]
+
+
+def _busy(run_root: str | Path, holder: Holder | None) -> RunBusy:
+    who = holder.describe() if holder else "another process"
+    return RunBusy(
+        f"run {Path(run_root)} is in use by {who}; wait for it to finish or stop it "
+        f"(a killed holder releases the run at once)"
+    )
 
 
 def release(run_root: str | Path) -> None:
@@ -150,3 +154,11 @@ def holder(run_root: str | Path) -> Holder | None:
         return None
     finally:
         os.close(fd)
+
+
+def check_free(run_root: str | Path) -> None:
+    """Raises RunBusy naming the live process (another one) that holds the run's lock: what
+    a command checks before it starts a flow that takes the lock."""
+    found = holder(run_root)
+    if found is not None:
+        raise _busy(run_root, found)

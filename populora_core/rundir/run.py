@@ -33,7 +33,6 @@ from populora_core.population.adapters import (
 from populora_core.rundir import lock as runlock
 from populora_core.rundir.artifacts import (
     DamagedArtifact,
-    artifact_path,
     read_artifact,
     read_parquet,
     read_success,
@@ -74,6 +73,10 @@ class RunDir(RunLayout):
         raises RunBusy naming the live process that holds it."""
         return runlock.hold(self.root, command)
 
+    def check_free(self) -> None:
+        """Raises RunBusy naming the live process (another one) that holds the run's lock."""
+        runlock.check_free(self.root)
+
     def holder(self):
         """The live process (another one) working on the run, or None (``runlock.Holder``)."""
         return runlock.holder(self.root)
@@ -99,10 +102,6 @@ class RunDir(RunLayout):
         return config
 
     # artifacts and snapshots -------------------------------------------------------
-    def has(self, generation: int, name: str) -> bool:
-        """Whether ``generation`` holds artifact ``name`` (runs from before an artifact existed lack it)."""
-        return artifact_path(self.gen(generation), name).is_file()
-
     def read(self, generation: int, name: str) -> pd.DataFrame:
         """Artifact ``name`` of ``generation``; an unreadable file raises DamagedArtifact
         naming it and the command that recomputes it."""
@@ -165,16 +164,14 @@ class RunDir(RunLayout):
             frame = pd.DataFrame(centroids, columns=list(DESCRIPTOR_NAMES))
             # artifact ``cvt_centroids``, stamped generation 0: the first generation measured on it
             write_artifact(frame, self.root, "cvt_centroids", run_id=self.run_id, generation=0)
-        # by name: files of older runs have no meta columns
         table = read_parquet(self.centroids_file, columns=list(DESCRIPTOR_NAMES))
         return table.to_pandas().to_numpy(dtype=np.float64)
 
-    def calibration(self) -> dict[str, float] | None:
-        """The descriptor calibration the run measures coverage with; None for a run made
-        before calibration existed (its coverage used the old clipped scales)."""
+    def calibration(self) -> dict[str, float]:
+        """The descriptor calibration the run measures coverage with."""
         if not self.centroids_file.is_file():
             self.centroids()  # made together
-        return json.loads(self.calibration_file.read_text()) if self.calibration_file.is_file() else None
+        return json.loads(self.calibration_file.read_text())
 
     def summaries(self) -> list[dict]:
         """The ``_SUCCESS`` summary of every complete generation, in order."""

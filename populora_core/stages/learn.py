@@ -196,7 +196,7 @@ def update(
         target = Path(updated_dir) / m.adapter_id
         done = target / "metrics.json"
         if done.is_file():
-            rows[m.adapter_id] = {"node": "", **json.loads(done.read_text())}  # written before `node` existed
+            rows[m.adapter_id] = json.loads(done.read_text())
             continue
         source = Path(members_dir) / m.adapter_id
         batch = training_batch(m.adapter_id, rewards, proposals, rollouts)

@@ -137,7 +137,7 @@ def validate(
     config: RunConfig,
     generation: int,
     centroids: np.ndarray,
-    calibration: Calibration | None,
+    calibration: Calibration,
 ) -> pd.DataFrame:
     """Proposals judged in the sandbox (gold outputs from two runs). A problem already
     in the teacher's buffer (a seed or an earlier proposal; ids are content hashes) is a

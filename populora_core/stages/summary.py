@@ -3,7 +3,6 @@ line after each generation, published as the UI's table."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from populora_core.metrics.complexity import METRIC_NAMES
@@ -88,18 +87,9 @@ def _drift(probes) -> dict:
 
 
 def updated_count(summary: dict) -> str:
-    """The adapters that took an update this generation, of all, as "n/m" ("" for a
-    summary written before train_metrics recorded skip reasons)."""
-    updates = summary.get("updates")
-    if updates is None:
-        return ""
+    """The adapters that took an update this generation, of all, as "n/m"."""
+    updates = summary["updates"]
     return f"{sum(not u['skip_reason'] for u in updates.values())}/{len(updates)}"
-
-
-def artifact_key(run_id: str, generation: int, suffix: str = "") -> str:
-    """A Prefect artifact key (lowercase letters, digits, dashes) for one generation."""
-    slug = re.sub(r"[^a-z0-9-]+", "-", run_id.lower()).strip("-")
-    return f"{slug}-gen-{generation:04d}{suffix}"
 
 
 def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
@@ -111,7 +101,7 @@ def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
         f"valid proposals **{summary['valid_rate']:.0%}** of {summary['proposals']} · "
         f"solved **{summary['solve_rate']:.0%}** of {summary['solutions']} solutions · "
         f"format errors {summary['format_error_rate']:.0%} · {summary['seconds']:.0f} s"
-        + (f" · {mib(summary['bytes_written'])} written" if "bytes_written" in summary else ""),
+        f" · {mib(summary['bytes_written'])} written",
         "",
         "| adapter | role | solve rate | teacher reward | valid proposals | ΔW change | drift (probe pass) "
         "| μ | σ | μ − 3σ |",
@@ -154,10 +144,7 @@ def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
 
 
 def _dynamics_lines(summary: dict) -> list[str]:
-    """Fresh-problem solve rate beside the top-ups', and how trivial the fresh problems are
-    (absent from summaries written before these figures existed)."""
-    if "fresh_solve_rate" not in summary:
-        return []
+    """Fresh-problem solve rate beside the top-ups', and how trivial the fresh problems are."""
     t = summary["triviality"]
     return [
         f"Fresh problems (this generation's valid proposals): solved **{pct(summary['fresh_solve_rate'])}** of "
@@ -181,7 +168,7 @@ def pct(value: float) -> str:
 
 def _drift_cell(summary: dict, adapter_id: str) -> str:
     """Share of probe items whose greedy answer left the base's, and the probe pass rate."""
-    d = summary.get("drift", {}).get(adapter_id)
+    d = summary["drift"].get(adapter_id)
     return "" if d is None else f"{d['changed']:.0%} ({d['pass_rate']:.0%})"
 
 
@@ -199,9 +186,9 @@ def one_line(generation: int, summary: dict) -> str:
     mean_reward = sum(rewards) / len(rewards) if rewards else float("nan")
     return (
         f"gen {generation:>3} | valid {summary['valid_rate']:4.0%} | solved {summary['solve_rate']:4.0%} "
-        f"(fresh {pct(summary.get('fresh_solve_rate', float('nan'))):>4}, "
+        f"(fresh {pct(summary['fresh_solve_rate']):>4}, "
         f"format err {summary['format_error_rate']:4.0%}) | teacher reward {mean_reward:+.2f} | "
-        f"updated {updated_count(summary)} | drift {pct(summary.get('drift_mean', float('nan')))} | "
+        f"updated {updated_count(summary)} | drift {pct(summary['drift_mean'])} | "
         f"coverage {summary['coverage']:.1%} (all {summary['cumulative_coverage']:.1%}) | "
         f"replaced {len(summary['replaced'])} | {summary['seconds']:.0f} s"
     )

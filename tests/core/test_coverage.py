@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -83,12 +85,27 @@ def _deep(branches: int) -> str:
     return f"def f(xs):\n{body}    return xs"
 
 
+def _old_scales(source: str) -> list[float]:
+    """The fixed scales the calibration replaced: depth / 12, (cyclomatic − 1) / 7,
+    (lines − 1) / 24, log(1 + volume) / log 1001, clipped to [0, 1]."""
+    from populora_core.metrics.complexity import complexity_metrics
+
+    m = complexity_metrics(source)
+    raw = [
+        m["ast_depth"] / 12,
+        (m["cyclomatic"] - 1) / 7,
+        (m["loc"] - 1) / 24,
+        math.log1p(m["halstead"]) / math.log(1001),
+    ]
+    return [min(1.0, max(0.0, v)) for v in raw]
+
+
 def test_calibrated_sizes_keep_growing_where_the_old_scales_clipped(centroids):
     from populora_core.metrics.coverage import REFERENCE_CALIBRATION
 
     sizes = slice(0, 4)  # depth, branches, lines, volume
     grown = [_deep(n) for n in (3, 10, 20)]  # 8, 22 and 42 lines
-    old = [descriptor(p)[sizes] for p in grown]
+    old = [_old_scales(p) for p in grown]
     new = [descriptor(p, REFERENCE_CALIBRATION)[sizes] for p in grown]
     assert old[1][1] == old[2][1] == old[2][2] == 1.0  # clipped: 10 and 20 branches look alike, 42 lines = 25
     assert (new[2][1:] > new[1][1:]).all() and (new[1][1:] > new[0][1:]).all() and (new[2] < 1.0).all()

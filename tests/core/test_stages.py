@@ -26,6 +26,7 @@ def test_a_copy_of_a_seed_or_of_a_buffer_problem_is_a_repeat_not_a_fresh_problem
     import pandas as pd
 
     from populora_core.config import load_config
+    from populora_core.metrics.coverage import REFERENCE_CALIBRATION
     from populora_core.problems import seed_buffers
     from populora_core.stages.learn import reward
     from populora_core.stages.play import validate
@@ -50,7 +51,7 @@ def test_a_copy_of_a_seed_or_of_a_buffer_problem_is_a_repeat_not_a_fresh_problem
             config=cfg,
             generation=0,
             centroids=np.random.rand(4, 8),
-            calibration=None,
+            calibration=REFERENCE_CALIBRATION,
         )
 
     problems = validated(proposals, config)

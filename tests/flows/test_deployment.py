@@ -12,7 +12,7 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from populora_core.config import load_config
 from populora_core.rundir.run import RunDir, create_run
-from populora_core.stages.summary import artifact_key
+from tasks.ui import artifact_key
 from tests.faults.inject import fault_env
 from tests.flows.conftest import BIN, REPO, prefect_runs, still_running
 
