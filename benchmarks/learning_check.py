@@ -53,15 +53,13 @@ from populora_core.metrics.stats import mean_interval, paired_bootstrap, wilson
 from populora_core.models import load_model, resolve_model
 from populora_core.population.adapters import init_adapter, load_adapter, lora_shapes_from_model, save_adapter
 from populora_core.problems import ASSISTANT_PREFILL, check_answers, student_prompt
+from populora_core.problems.answering import greedy_verdicts, judge, sample
 from populora_core.rewards import student_reward
 from populora_core.sandbox import SandboxPool
 from populora_core.seeding import torch_generator
 from populora_core.stages.play import sampling_params
 from populora_core.training.fixed_pool import (
     cruxeval_problems,
-    greedy_verdicts,
-    judge,
-    sample,
     split_pool,
     step_summary,
     student_rollouts,

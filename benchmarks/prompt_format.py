@@ -38,9 +38,10 @@ from populora_core.problems import (
     teacher_prompt,
     validate_proposals,
 )
+from populora_core.problems.answering import judge
 from populora_core.sandbox import SandboxPool
 from populora_core.stages.play import sampling_params
-from populora_core.training.fixed_pool import cruxeval_problems, judge
+from populora_core.training.fixed_pool import cruxeval_problems
 
 
 def log(msg: str) -> None:

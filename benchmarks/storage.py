@@ -160,7 +160,6 @@ def simulated(preset: str, model_config: dict, scratch: Path, generations: int =
             updated_dir=run.updated(g),
             ratings=ratings.assign(conservative=ratings["mu"] - 3),
             next_members_dir=run.members_dir(g + 1),
-            base_model=config.model.name,
             config=config,
             generation=g,
         )

@@ -8,7 +8,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from populora_core.evaluation import stages
+from populora_core.evaluation import pipeline
 from populora_core.evaluation.benchmarks import BENCHMARKS, has_data
 from populora_core.evaluation.datasets import data_dir as default_data_dir
 from populora_core.rundir.run import open_run
@@ -36,7 +36,7 @@ def evaluate_benchmark(
 ) -> dict:
     """pass@1 completions of one benchmark (``max_new_tokens`` None: the benchmark's cap),
     judged; skipped when its part exists."""
-    return stages.evaluate_benchmark(
+    return pipeline.evaluate_benchmark(
         open_run(run_dir),
         generation,
         benchmark,
@@ -53,7 +53,7 @@ def evaluation_table(run_dir: str, generation: int, parts: list[str]) -> dict:
     from prefect.artifacts import create_markdown_artifact
 
     run = open_run(run_dir)
-    out = stages.evaluation_table(run, generation, parts)
+    out = pipeline.evaluation_table(run, generation, parts)
     create_markdown_artifact(key=artifact_key(run.run_id, generation, "-eval"), markdown=out["table"])
     return out
 
@@ -65,7 +65,7 @@ def evaluation_comparison(runs: list[tuple[str, int]]) -> dict:
     from prefect.artifacts import create_markdown_artifact
 
     opened = [(open_run(run_dir), generation) for run_dir, generation in runs]
-    out = stages.comparison_table(opened)
+    out = pipeline.comparison_table(opened)
     first, generation = opened[0]
     create_markdown_artifact(key=artifact_key(first.run_id, generation, "-eval-comparison"), markdown=out["table"])
     return out

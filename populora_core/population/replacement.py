@@ -70,7 +70,7 @@ def plan_replacements(
     return plans
 
 
-def evolve(
+def replace_weakest(
     members: Sequence[Member],
     adapters: Mapping[str, LoraAdapter],
     config: EvolutionConfig,

@@ -16,8 +16,7 @@ import pandas as pd
 from populora_core.config import RunConfig
 from populora_core.population.adapters import Member, load_adapter, save_population
 from populora_core.population.lora import LoraAdapter
-from populora_core.population.replacement import evolve as evolve_population
-from populora_core.population.replacement import is_evolution_generation
+from populora_core.population.replacement import is_evolution_generation, replace_weakest
 from populora_core.rundir.artifacts import columns
 
 
@@ -33,7 +32,7 @@ def next_population(
     adapters = {m.adapter_id: load_adapter(Path(updated_dir) / m.adapter_id) for m in members}
     if not is_evolution_generation(generation, config.evolution) or config.population.single_agent:
         return members, adapters, pd.DataFrame(columns=columns("lineage"))
-    new_members, new_adapters, lineage = evolve_population(
+    new_members, new_adapters, lineage = replace_weakest(
         members, adapters, config.evolution, config.rating, generation, config.seed
     )
     return new_members, new_adapters, lineage[columns("lineage")]
@@ -45,7 +44,6 @@ def evolve(
     updated_dir: Path,
     ratings: pd.DataFrame,
     next_members_dir: Path,
-    base_model: str,
     config: RunConfig,
     generation: int,
 ) -> pd.DataFrame:
@@ -58,7 +56,7 @@ def evolve(
         generation + 1,
         new_members,
         adapters,
-        base_model=base_model,
+        base_model=config.model.name,
         link_from=updated_dir,
     )
     return lineage

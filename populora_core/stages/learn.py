@@ -155,6 +155,7 @@ class UpdateJob:
     row: dict
     """The train_metrics row, filled in by ``train_one``."""
     base_model: str
+    """What adapter_config.json names as the base (``config.model.name``, made portable)."""
 
 
 def train_one(trainer: Trainer, job: UpdateJob) -> dict:
@@ -179,7 +180,6 @@ def update(
     proposals: pd.DataFrame,
     rollouts: pd.DataFrame,
     updated_dir: Path,
-    base_model: str,
     trainer: TrainerPool,
     config: RunConfig,
     generation: int,
@@ -210,7 +210,7 @@ def update(
             rows[m.adapter_id] = row
             continue
         seed = derive_seed(config.seed, generation, m.adapter_id, "minibatches")
-        jobs.append(UpdateJob(source, target, tuple(batch), config.update_grpo, seed, row, base_model))
+        jobs.append(UpdateJob(source, target, tuple(batch), config.update_grpo, seed, row, config.model.name))
     for job, row in zip(jobs, trainer.map(train_one, jobs, desc="update"), strict=True):
         rows[job.row["adapter_id"]] = row
     remove_partials(Path(updated_dir))  # half-written adapters of attempts Ray killed and re-ran

@@ -49,7 +49,6 @@ INPUTS: dict[str, Callable[[RunDir, int], object]] = {
     "members_dir": lambda run, g: run.members_dir(g),
     "updated_dir": lambda run, g: run.updated(g),
     "next_members_dir": lambda run, g: run.members_dir(g + 1),
-    "base_model": lambda run, g: run.config().model.name,  # adapter_config.json's (made portable)
 }
 """Inputs that are not an artifact of the stage's generation; any other input name is one."""
 

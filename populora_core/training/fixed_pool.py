@@ -5,8 +5,8 @@ learns. The learning check (``benchmarks/learning_check.py``) trains one student
 adapter on fixed, verifiable problems (CRUXEval's output and input prediction, as
 the project's own ``code_o`` / ``code_i`` task types) and measures it on a held-out
 split it never trains on, against the untrained adapter. Every piece is the
-generation flow's own: the prompt (``problems.student_prompt``), the backend's
-sampling (any ``inference.base.GenerationBackend``), the sandbox judge (``problems.check_answers``),
+generation flow's own: the prompt, the backend's sampling and the sandbox judge
+(``problems.answering``),
 the reward (``rewards.student_reward``), the baseline groups and estimator
 (``training.grpo.advantage_groups`` / ``compute_advantages``) and the update
 (``training.trainer.Trainer.update``). Only the source of problems differs: a fixed pool
@@ -23,12 +23,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from populora_core.config import GRPOConfig, ProblemsConfig, RewardConfig
-from populora_core.inference.base import Completion, GenerationRequest, SamplingParams
-from populora_core.problems import ASSISTANT_PREFILL, STOP_STRINGS, Problem, check_answers, problem_id, student_prompt
+from populora_core.config import GRPOConfig
+from populora_core.inference.base import Completion
+from populora_core.problems import Problem, problem_id
 from populora_core.problems.types import TaskType
-from populora_core.rewards import student_reward
-from populora_core.sandbox import SandboxPool
 from populora_core.training.grpo import advantage_groups, compute_advantages
 from populora_core.training.rollouts import Rollout
 
@@ -70,59 +68,6 @@ def untrained_problems(
     return split_pool([p for p in train if p.program not in seen], count, rng)[1]
 
 
-def sample(
-    backend,
-    adapter: str | Sequence[str],
-    problems: Sequence[Problem],
-    params: SamplingParams,
-    *,
-    samples: int,
-    seed: int,
-    progress: str | None = None,
-) -> list[list[Completion]]:
-    """``samples`` completions per problem, with the flow's student prompt and prefill, of
-    ``adapter`` (one for all, or one per problem); sample i of problem k is drawn from
-    (seed, k, i) whatever its batch."""
-    adapters = [adapter] * len(problems) if isinstance(adapter, str) else list(adapter)
-    requests = [
-        GenerationRequest(
-            prompt=student_prompt(p), adapter=a, n=samples, seed=seed * 100_003 + k, prefill=ASSISTANT_PREFILL
-        )
-        for k, (p, a) in enumerate(zip(problems, adapters, strict=True))
-    ]
-    return backend.generate(requests, params, progress=progress)
-
-
-def judge(
-    problems: Sequence[Problem],
-    completions: Sequence[Sequence[Completion]],
-    pool: SandboxPool,
-    problems_config: ProblemsConfig,
-    rewards_config: RewardConfig,
-) -> pd.DataFrame:
-    """One row per completion: problem index, sample index, status, reward, tokens."""
-    items = [(p, c.text) for p, cs in zip(problems, completions, strict=True) for c in cs]
-    results = check_answers(items, pool, problems_config)
-    rows = []
-    flat = [(k, i, c) for k, cs in enumerate(completions) for i, c in enumerate(cs)]
-    for (k, i, c), result in zip(flat, results, strict=True):
-        rows.append(
-            {
-                "problem": k,
-                "problem_id": problems[k].problem_id,
-                "task_type": problems[k].task_type,
-                "sample": i,
-                "status": result.verdict,
-                "detail": result.detail,
-                "reward": student_reward(result.verdict, rewards_config),
-                "tokens": len(c.token_ids),
-                "finish_reason": c.finish_reason,
-                "text": c.text,
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 def student_rollouts(
     verdicts: pd.DataFrame, completions: Sequence[Sequence[Completion]], grpo: GRPOConfig
 ) -> list[Rollout]:
@@ -141,24 +86,6 @@ def student_rollouts(
         if c.token_ids:
             batch.append(Rollout(list(c.prompt_token_ids), list(c.token_ids), list(c.logprobs), float(a)))
     return batch
-
-
-def greedy_verdicts(
-    backend,
-    adapter: str | Sequence[str],
-    problems: Sequence[Problem],
-    pool: SandboxPool,
-    problems_config: ProblemsConfig,
-    rewards_config: RewardConfig,
-    *,
-    max_new_tokens: int,
-    progress: str | None = None,
-) -> pd.DataFrame:
-    """Greedy pass@1 of ``adapter`` (or ``inference.BASE``; or one adapter per problem): one
-    judged completion per problem."""
-    params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=STOP_STRINGS)
-    completions = sample(backend, adapter, problems, params, samples=1, seed=0, progress=progress)
-    return judge(problems, completions, pool, problems_config, rewards_config)
 
 
 def step_summary(verdicts: pd.DataFrame) -> dict[str, float]:

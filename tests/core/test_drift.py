@@ -14,7 +14,7 @@ from populora_core.models import load_model, resolve_model
 from populora_core.population.adapters import create_population, lora_shapes_from_model, save_adapter
 from populora_core.problems import ASSISTANT_PREFILL, student_prompt
 from populora_core.problems.probes import probe_problems
-from populora_core.stages import measure
+from populora_core.stages.probe import probe
 from populora_core.training.rollouts import Rollout
 from populora_core.training.trainer import Trainer
 
@@ -43,7 +43,7 @@ def setup(tmp_path_factory):
 
 def test_untrained_adapters_show_no_drift_and_an_update_does(setup, local_pool):
     backend, trainer, members, adapters, root = setup
-    before = measure.probe(members=members, backend=backend, pool=local_pool, config=CONFIG, generation=0)
+    before = probe(members=members, backend=backend, pool=local_pool, config=CONFIG, generation=0)
     assert set(before["adapter_id"]) == {BASE, *(m.adapter_id for m in members)}
     assert len(before) == 2 * (len(members) + 1)
     assert not before["changed"].any()  # B = 0: every member is the base model
@@ -60,7 +60,7 @@ def test_untrained_adapters_show_no_drift_and_an_update_does(setup, local_pool):
     save_adapter(updated, root / "updated")
     backend.load_adapter(moved, root / "updated")
 
-    after = measure.probe(members=members, backend=backend, pool=local_pool, config=CONFIG, generation=1)
+    after = probe(members=members, backend=backend, pool=local_pool, config=CONFIG, generation=1)
     changed = after.groupby("adapter_id")["changed"].mean()
     assert changed[moved] > 0
     assert (changed.drop(moved) == 0).all()
@@ -69,6 +69,6 @@ def test_untrained_adapters_show_no_drift_and_an_update_does(setup, local_pool):
 def test_probing_can_be_turned_off_or_spaced(setup, local_pool):
     backend, _, members, _, _ = setup
     off = CONFIG.model_copy(update={"probe": CONFIG.probe.model_copy(update={"items": 0})})
-    assert measure.probe(members=members, backend=backend, pool=local_pool, config=off, generation=0).empty
+    assert probe(members=members, backend=backend, pool=local_pool, config=off, generation=0).empty
     spaced = CONFIG.model_copy(update={"probe": CONFIG.probe.model_copy(update={"every": 2})})
-    assert measure.probe(members=members, backend=backend, pool=local_pool, config=spaced, generation=1).empty
+    assert probe(members=members, backend=backend, pool=local_pool, config=spaced, generation=1).empty

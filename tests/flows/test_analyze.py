@@ -83,12 +83,12 @@ def test_a_killed_evaluation_keeps_its_judged_chunks_and_ends_equal_to_an_uninte
     import pandas as pd
     import pytest
 
-    from populora_core.evaluation import stages
+    from populora_core.evaluation import pipeline
     from populora_core.evaluation.benchmarks import load_benchmark
 
     generation = reference_run.next_generation()
     settings = {"data_dir": DATA, "limit": 3, "max_new_tokens": 8, "chunk": 1}
-    whole = stages.evaluate_benchmark(reference_run, generation, "humaneval", **settings)
+    whole = pipeline.evaluate_benchmark(reference_run, generation, "humaneval", **settings)
     assert not whole["cached"] and not list((reference_run.eval_dir(generation) / "parts").glob("*.chunks"))
     uninterrupted = pd.read_parquet(whole["path"])
     models = ["__base__", *reference_run.adapter_dirs(generation)]
@@ -97,7 +97,7 @@ def test_a_killed_evaluation_keeps_its_judged_chunks_and_ends_equal_to_an_uninte
         (m, i) for m in models for i in ids
     ]  # model by model, as one call over every item gave it
 
-    real, calls, kill = stages.evaluate, [], [True]
+    real, calls, kill = pipeline.evaluate, [], [True]
 
     def killed_at_the_second_chunk(*args, **kwargs):
         calls.append(kwargs["progress"])
@@ -106,13 +106,13 @@ def test_a_killed_evaluation_keeps_its_judged_chunks_and_ends_equal_to_an_uninte
         return real(*args, **kwargs)
 
     (reference_run.eval_dir(generation) / "parts" / whole["path"].split("/")[-1]).unlink()
-    monkeypatch.setattr(stages, "evaluate", killed_at_the_second_chunk)
+    monkeypatch.setattr(pipeline, "evaluate", killed_at_the_second_chunk)
     with pytest.raises(RuntimeError, match="killed"):
-        stages.evaluate_benchmark(reference_run, generation, "humaneval", **settings)
+        pipeline.evaluate_benchmark(reference_run, generation, "humaneval", **settings)
     assert calls == ["evaluate humaneval 1/3", "evaluate humaneval 2/3"]
     calls.clear()
     kill[0] = False
-    again = stages.evaluate_benchmark(reference_run, generation, "humaneval", **settings)
+    again = pipeline.evaluate_benchmark(reference_run, generation, "humaneval", **settings)
     assert calls == ["evaluate humaneval 2/3", "evaluate humaneval 3/3"]  # the first chunk was kept
     pd.testing.assert_frame_equal(pd.read_parquet(again["path"]), uninterrupted)
     assert not list((reference_run.eval_dir(generation) / "parts").glob("*.chunks"))

@@ -9,7 +9,7 @@ import pytest
 
 from populora_core.evaluation.benchmarks import load_benchmark
 from populora_core.evaluation.mathnorm import last_boxed, math_equal, number_equal, strip_string
-from populora_core.evaluation.runner import judge
+from populora_core.evaluation.pass_at_1 import judge
 from populora_core.evaluation.tables import pass_at_1
 from tests.core.evaluation.conftest import DATA, code_answer
 

@@ -17,7 +17,7 @@ import pytest
 
 from populora_core.evaluation.benchmarks import has_data, load_benchmark
 from populora_core.evaluation.livecodebench import decode_private_tests, load_livecodebench
-from populora_core.evaluation.runner import judge
+from populora_core.evaluation.pass_at_1 import judge
 from tests.core.evaluation.conftest import DATA, code_answer
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -12,7 +12,7 @@ import pytest
 from populora_core.evaluation import mathexpr
 from populora_core.evaluation.benchmarks import load_benchmark
 from populora_core.evaluation.mathequiv import answers_equal, clean
-from populora_core.evaluation.runner import judge
+from populora_core.evaluation.pass_at_1 import judge
 from tests.core.evaluation.conftest import DATA
 
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not at {DATA}")

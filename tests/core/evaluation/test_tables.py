@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from populora_core.evaluation import stages
+from populora_core.evaluation import pipeline
 from populora_core.evaluation.benchmarks import BENCHMARKS, default_max_new_tokens, family, get_benchmark
 from populora_core.evaluation.tables import comparison, markdown_table, pass_at_1, scores_table
 from tests.core.evaluation.conftest import DATA
@@ -98,7 +98,7 @@ def test_comparison_table_is_written_beside_the_first_run(tmp_path):
         run.eval_dir(2).mkdir(parents=True)
         pass_at_1(_results(scores)).to_parquet(run.eval_dir(2) / "pass_at_1.parquet")
         _results(scores).to_parquet(run.eval_dir(2) / "results.parquet")
-    out = stages.comparison_table([(runs[0], 2), (runs[1], 2)])
+    out = pipeline.comparison_table([(runs[0], 2), (runs[1], 2)])
     written = (tmp_path / "A" / "eval" / "comparison.md").read_text()
     assert out["table"] == written and "| B gen 2: weakest member |" in written and written.count("| base model |") == 1
     assert len(pd.read_parquet(tmp_path / "A" / "eval" / "comparison.parquet")) == 5
@@ -108,7 +108,7 @@ def test_comparison_table_is_written_beside_the_first_run(tmp_path):
     assert "- A gen 2: weakest member (b) vs B gen 2: c: cannot tell" in paired
     assert "| B gen 2: c | 0.500 [0.095, 0.905] | 0.000 [0.000, 0.658] |" in paired  # pass@1 [Wilson], aime24 first
     with pytest.raises(FileNotFoundError, match="no evaluation of generation 3"):
-        stages.comparison_table([(runs[0], 3)])
+        pipeline.comparison_table([(runs[0], 3)])
 
 
 def test_token_caps_are_per_benchmark_and_name_the_parts(tmp_path):
@@ -117,14 +117,14 @@ def test_token_caps_are_per_benchmark_and_name_the_parts(tmp_path):
     assert {family(b) for b in BENCHMARKS} == {"code", "math", "code reasoning"}
     run = _Run(tmp_path / "R")
     for cap, expected in ((None, "t2048"), (64, "t64")):  # a part already judged is found by its settings
-        key = stages.settings_key(tmp_path, None, 2048 if cap is None else cap, True, stages.chunk_items(3))
+        key = pipeline.settings_key(tmp_path, None, 2048 if cap is None else cap, True, pipeline.chunk_items(3))
         part = run.eval_part(0, "aime24", key)
         part.parent.mkdir(parents=True, exist_ok=True)
         pd.DataFrame({"x": [1]}).to_parquet(part)
         part.with_suffix(".chunks").mkdir()  # left by a kill after the part was written
-        out = stages.evaluate_benchmark(run, 0, "aime24", data_dir=tmp_path, max_new_tokens=cap)
+        out = pipeline.evaluate_benchmark(run, 0, "aime24", data_dir=tmp_path, max_new_tokens=cap)
         assert out["cached"] and f"-{expected}-" in out["path"] and not part.with_suffix(".chunks").exists()
-    assert stages.chunk_items(3) * 3 >= stages.CHUNK_REQUESTS and stages.chunk_items(100) == 16
+    assert pipeline.chunk_items(3) * 3 >= pipeline.CHUNK_REQUESTS and pipeline.chunk_items(100) == 16
 
 
 def test_chunks_of_other_items_are_judged_again_and_the_part_is_model_by_model(tmp_path, monkeypatch):
@@ -145,13 +145,13 @@ def test_chunks_of_other_items_are_judged_again_and_the_part_is_model_by_model(t
 
     runtime = SimpleNamespace(backend=None, pool=None, serve=lambda served: None)
     monkeypatch.setattr(engine, "runtime_of", lambda config, model: runtime)
-    monkeypatch.setattr(stages, "evaluate", judged_by_the_stand_in)
+    monkeypatch.setattr(pipeline, "evaluate", judged_by_the_stand_in)
     run, ids = _Run(tmp_path / "R"), [i.item_id for i in load_benchmark("humaneval", DATA, 5)]
-    part = run.eval_part(0, "humaneval", stages.settings_key(DATA, 5, 8, True, 2))
+    part = run.eval_part(0, "humaneval", pipeline.settings_key(DATA, 5, 8, True, 2))
     stale = pd.DataFrame({"adapter_id": ["__base__", "a"], "item_id": ["other/0", "other/0"]})
     (part.with_suffix(".chunks")).mkdir(parents=True)
     stale.to_parquet(part.with_suffix(".chunks") / "items_00000.parquet")  # from other benchmark files
-    out = stages.evaluate_benchmark(run, 0, "humaneval", data_dir=DATA, limit=5, max_new_tokens=8, chunk=2)
+    out = pipeline.evaluate_benchmark(run, 0, "humaneval", data_dir=DATA, limit=5, max_new_tokens=8, chunk=2)
     assert asked == [ids[0:2], ids[2:4], ids[4:5]]  # the stale chunk was judged again
     results = pd.read_parquet(out["path"])
     assert list(zip(results["adapter_id"], results["item_id"], strict=True)) == [

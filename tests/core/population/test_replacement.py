@@ -9,7 +9,7 @@ import pandas as pd
 
 from populora_core.config import EvolutionConfig, RatingConfig
 from populora_core.population.adapters import Member
-from populora_core.population.replacement import evolve, is_evolution_generation, plan_replacements
+from populora_core.population.replacement import is_evolution_generation, plan_replacements, replace_weakest
 from populora_core.rundir.artifacts import write_parquet_atomic
 from tests.core.population.conftest import random_adapter
 
@@ -33,7 +33,7 @@ def test_replacement_picks_the_lowest_conservative_ranks():
 def test_evolve_writes_lineage_and_rates_children_by_the_rule(tmp_path):
     members, adapters = population()
     config = EvolutionConfig(replace_fraction=0.25, child_sigma_boost=1.0)
-    new_members, new_adapters, lineage = evolve(members, adapters, config, RatingConfig(), 3, run_seed=0)
+    new_members, new_adapters, lineage = replace_weakest(members, adapters, config, RatingConfig(), 3, run_seed=0)
     assert len(lineage) == 2 and set(lineage["role"]) == {"teacher", "student"}
     ids = {m.adapter_id for m in members}
     by_id = {m.adapter_id: m for m in members}
@@ -47,7 +47,7 @@ def test_evolve_writes_lineage_and_rates_children_by_the_rule(tmp_path):
         assert child.birth_generation == 4 and child.parents == tuple(row.parents)
         assert row.child_id in new_adapters and row.replaced_id not in new_adapters
     assert len(new_members) == len(members)
-    again = evolve(members, adapters, config, RatingConfig(), 3, run_seed=0)[2]
+    again = replace_weakest(members, adapters, config, RatingConfig(), 3, run_seed=0)[2]
     assert again.drop(columns=["params"]).equals(lineage.drop(columns=["params"]))
     path = write_parquet_atomic(lineage, tmp_path / "lineage.parquet")
     stored = pd.read_parquet(path)
@@ -58,7 +58,7 @@ def test_evolve_writes_lineage_and_rates_children_by_the_rule(tmp_path):
 def test_operator_mix_is_respected_and_single_agent_is_never_replaced():
     members, adapters = population()
     config = EvolutionConfig(replace_fraction=0.5, operator_mix={"X4": 1.0})
-    _, _, lineage = evolve(members, adapters, config, RatingConfig(), 1, run_seed=5)
+    _, _, lineage = replace_weakest(members, adapters, config, RatingConfig(), 1, run_seed=5)
     assert set(lineage["operator"]) == {"X4"}
     agent = [Member("agent", "teacher", 0, 25.0, 8.0, roles=("teacher", "student"))]
     assert plan_replacements(agent, EvolutionConfig(), 1, np.random.default_rng(0)) == []

@@ -11,9 +11,9 @@ import pytest
 
 from populora_core.config import GRPOConfig, ProblemsConfig, RewardConfig
 from populora_core.inference.base import Completion
+from populora_core.problems.answering import judge
 from populora_core.training.fixed_pool import (
     cruxeval_problems,
-    judge,
     split_pool,
     step_summary,
     student_rollouts,

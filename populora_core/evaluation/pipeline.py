@@ -32,7 +32,7 @@ from populora_core.evaluation.paired import (
     paired_table,
     weakest_verdict,
 )
-from populora_core.evaluation.runner import RESULT_COLUMNS, evaluate
+from populora_core.evaluation.pass_at_1 import RESULT_COLUMNS, evaluate
 from populora_core.evaluation.tables import (
     comparison,
     comparison_markdown,
