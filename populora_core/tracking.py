@@ -1,41 +1,11 @@
 """Tracking: a run's per-generation figures as time series in TensorBoard and MLflow.
 
-The Prefect UI shows one table per generation; researchers watch runs as curves.
-``sync(run)`` logs every complete generation that a configured backend lacks as one
-step (step = generation): every finite number of the generation's ``_SUCCESS``
-summary, nested dicts flattened (``ratings/<adapter>/mu``, ``stage_seconds/propose``;
-keys added to the summary later are logged too), and each adapter's training figures
-from ``train_metrics`` (``train/<adapter>/loss``, ``train/<adapter>/kl``, …). It runs
-after each generation and when a run is resumed, so a process killed between writing
-``_SUCCESS`` and logging loses nothing: the next sync catches up.
-
-Backends (``tracking.backends`` in the run config):
-
-- ``tensorboard``: event files in ``RUN/tensorboard/`` (``tensorboard --logdir RUN/tensorboard``),
-  the config as text at step 0.
-- ``mlflow``: one MLflow run per run directory in the store ``tracking.mlflow_uri``
-  (default: SQLite ``RUN/../mlflow.db``, artifacts in ``RUN/../mlartifacts/``), named
-  after the run, the config flattened as params (``population.teachers``) and
-  ``config.yaml`` as an artifact.
-
-``run.json`` records under ``tracking`` the MLflow store, experiment and run id and the
-TensorBoard directory, so a resumed run logs into the same tracking run. A replay is a
-new run directory and so a new tracking run (``prepare_replay`` does not copy them).
-
-Each (figure, step) is logged once, even when a process dies half-way through logging
-(steps are logged in order, by the one process holding the run's lock):
-
-- MLflow: a step's figures are logged, then its ``generation`` metric, last. A step
-  without it was never logged or was cut short; only the lowest such step can have been
-  cut short, so its figures are checked one by one against the metric histories.
-- TensorBoard: each sync writes one event file named after the steps it holds
-  (``*.populora.g0003-0005``), then records the highest step logged in ``run.json``. A
-  file holding a step above that mark was written by a process that died before
-  recording it: its (tag, step) pairs are read back and not logged again.
-
-A failing backend (an unreachable MLflow server, a full disk) never stops a run: ``sync``
-returns a warning and the next sync retries. Nothing is imported from a backend until
-it is used.
+``sync(run)`` logs every complete generation a configured backend (``tracking.backends``)
+lacks as one step (step = generation): every finite number of its ``_SUCCESS`` summary,
+flattened (``ratings/<adapter>/mu``), and each adapter's ``train_metrics``
+(``train/<adapter>/loss``). Each (figure, step) is logged once, even across a process
+killed half-way; ``run.json`` records the tracking runs, so a resumed run logs into the
+same ones. A failing backend returns a warning, never stops a run (docs/runs.md).
 """
 
 from __future__ import annotations
@@ -150,6 +120,10 @@ def tensorboard_pairs(path: Path) -> set[tuple[str, int]]:
 
 
 def _sync_tensorboard(run: RunDir, done: list[int], figures_of: Figures) -> list[int]:
+    """Event files in ``RUN/tensorboard/``. Each sync writes one file named after the steps
+    it holds (``*.populora.g0003-0005``), then records the highest step logged in
+    ``run.json``; a file holding a step above that mark was written by a process that died
+    before recording it: its (tag, step) pairs are read back and not logged again."""
     ours = _tb_files(run)
     mark = state(run).get("tensorboard", {}).get("logged_through", -1) if ours else -1
     todo = [g for g in done if g > mark]
@@ -294,6 +268,10 @@ def _open_mlflow(run: RunDir):
 
 
 def _sync_mlflow(run: RunDir, done: list[int], figures_of: Figures) -> list[int]:
+    """One MLflow run per run directory (store ``tracking.mlflow_uri``, default SQLite
+    ``RUN/../mlflow.db``). A step's figures are logged, then its ``generation`` metric, last:
+    a step without it was never logged or was cut short; only the lowest such step can have
+    been cut short, so its figures are checked one by one against the metric histories."""
     from mlflow.entities import Metric
 
     client, found = _open_mlflow(run)

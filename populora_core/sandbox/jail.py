@@ -9,26 +9,12 @@ nothing of earlier jobs, stdin from /dev/null, every inherited descriptor
 above 3 closed, and rlimits on CPU, address space, file size, open files,
 processes, POSIX message-queue bytes (none) and core dumps.
 
-Once per worker, inherited by every child: a seccomp filter. It refuses
-(EPERM) the calls that create state which no file sweep can see and no rlimit
-bounds: System V shared memory, semaphores and message queues (their memory
-counts against no process, and ``kernel.shmall`` of the sandbox's IPC
-namespace cannot be lowered without privileges), POSIX message queues and
-kernel keyrings (``add_key``, ``request_key``, ``keyctl``). It also refuses
-``prlimit64`` with new limits, ``setpriority``, ``ioprio_set`` and the
-``sched_set*`` calls aimed at any process but the caller: the worker shares
-the program's uid, and a program that lowered the worker's limits or priority
-would change the verdicts of every later program. Other ABIs (i386 through
-``int 0x80``, x32) are killed. The standard library needs none of these.
-
-After each job, once every process it left is dead, the worker empties every
-writable directory of the sandbox (``SWEEP_ROOTS``: size-capped tmpfs /tmp and
-/dev/shm, and /dev/mqueue where the backend mounts one), through directory
-descriptors and without following links, and resets their mode, extended
-attributes and times, so the next job starts from nothing (``Sweeper``). A
-worker that cannot do so exits and the pool starts a fresh sandbox; a worker
-that finds another writable mount at start refuses to run
-(``unswept_writable_mounts``).
+Once per worker, inherited by every child: a seccomp filter refusing what no file sweep
+can see and no rlimit bounds (System V IPC, POSIX message queues, keyrings) and changes
+to the limits, priority or CPU affinity of any process but the caller (``filter_program``
+says why). After each job the worker empties every writable directory of the sandbox
+without following links (``Sweeper``); a worker that cannot exits, one that finds an
+unswept writable mount at start refuses to run (``unswept_writable_mounts``).
 """
 
 from __future__ import annotations
@@ -106,7 +92,15 @@ def _assemble(code: list) -> list[tuple[int, int, int, int]]:
 
 
 def filter_program(machine: str) -> list[tuple[int, int, int, int]]:
-    """The classic-BPF seccomp program for ``machine`` (``os.uname().machine``), as (code, jt, jf, k)."""
+    """The classic-BPF seccomp program for ``machine`` (``os.uname().machine``), as (code, jt, jf, k).
+
+    It refuses (EPERM) System V shared memory, semaphores and message queues (their memory
+    counts against no process, and ``kernel.shmall`` of the sandbox's IPC namespace cannot
+    be lowered without privileges), POSIX message queues and kernel keyrings; and
+    ``prlimit64`` with new limits, ``setpriority``, ``ioprio_set`` and ``sched_set*`` aimed
+    at any process but the caller: the worker shares the program's uid, and a program that
+    lowered the worker's limits or priority would change every later verdict. Other ABIs
+    (i386 through ``int 0x80``, x32) are killed. The standard library needs none of these."""
     if machine not in _ARCHES:
         raise OSError(f"no seccomp syscall table for {machine!r} (known: {sorted(_ARCHES)})")
     audit_arch, nrs = _ARCHES[machine]

@@ -18,30 +18,12 @@ the module's namespace and ``repr`` of its value is returned. A result::
 Status is one of ``ok``, ``error`` (an exception or a fatal signal),
 ``timeout``, ``memory``, ``output_limit``.
 
-Threat model. The program is hostile. This worker is the inner wall; the outer
-wall (no network, read-only filesystem but for size-capped tmpfs /tmp and
-/dev/shm, own pid and IPC namespaces, dedicated unprivileged uid, no
-capabilities) is the backend's job. Here, per program (``jail.py``): a fresh
-child (fork) with rlimits on CPU, address space, file size, open files,
-processes, message queues and core dumps; a working directory holding nothing
-of earlier jobs (isolated: the swept /tmp; otherwise one of its own); stdin
-from /dev/null; every inherited descriptor above 3 closed (fd 3 is the
-child's own result pipe), so the job channel cannot be forged; a hard
-wall-clock SIGKILL; a cap on captured output. A seccomp filter, installed
-once here and inherited by every child, refuses System V IPC, POSIX message
-queues, kernel keyrings, and changing the limits, priority or CPU affinity of
-any process but the caller. The worker is non-dumpable, so a child cannot ptrace it or
-read its /proc entries (environment, descriptors). With ``--isolated`` (the
-worker is alone in its pid namespace under a non-root uid) every process left
-after a job, daemonised grandchildren included, is killed with ``kill(-1)``
-and reaped as subreaper; then every writable directory of the sandbox is
-emptied and its metadata reset, so no job sees what an earlier one left. The
-worker refuses to start if a writable mount would escape that sweep, and exits
-(the pool replaces its sandbox) if a sweep fails. ``--check`` runs those start
-checks, prints ``ok`` and exits.
-
-What it does not stop: a program may kill this worker (same uid). The host pool
-sees the worker die, replaces it and retries the job once.
+Threat model (docs/sandbox.md): the program is hostile; this worker is the inner wall
+(a forked child per program under ``jail.py``'s limits and seccomp filter, a hard
+wall-clock SIGKILL, an output cap; with ``--isolated`` every process a job left is
+killed and every writable directory swept), the backend's isolation the outer one.
+``--check`` runs the start checks, prints ``ok`` and exits. A program may kill this
+worker (same uid): the host pool replaces it and retries the job once.
 """
 
 from __future__ import annotations
