@@ -98,8 +98,9 @@ def random_adapter(model, rank: int, alpha: float, gen: torch.Generator) -> Lora
     modules = {}
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear) and name.split(".")[-1] in TARGETS:
-            A = (torch.rand((rank, module.in_features), generator=gen) * 2 - 1) / module.in_features**0.5
-            modules[name] = LoraFactors(A=A, B=torch.randn((module.out_features, rank), generator=gen) * 1e-3)
+            cpu = {"generator": gen, "device": "cpu"}  # factors as the stages load them from adapter files
+            A = (torch.rand((rank, module.in_features), **cpu) * 2 - 1) / module.in_features**0.5
+            modules[name] = LoraFactors(A=A, B=torch.randn((module.out_features, rank), **cpu) * 1e-3)
     return LoraAdapter(modules=modules, rank=rank, alpha=alpha)
 
 

@@ -65,17 +65,17 @@ def encode_prompt(tokenizer, request: GenerationRequest) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def left_padded(prompts: Sequence[Sequence[int]], pad_id: int):
-    """(token ids, attention mask), both (len(prompts), longest prompt) long tensors, each prompt
-    padded on the left: every prompt's last token in the last column."""
+def left_padded(prompts: Sequence[Sequence[int]], pad_id: int, device=None):
+    """(token ids, attention mask), both (len(prompts), longest prompt) long tensors on
+    ``device`` (default: the CPU), each prompt padded on the left: every prompt's last token
+    in the last column."""
     import torch
 
+    device = torch.device("cpu") if device is None else device
     width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for b, prompt in enumerate(prompts):
-        ids[b, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
-        mask[b, width - len(prompt) :] = 1
+    rows = [[pad_id] * (width - len(p)) + list(p) for p in prompts]
+    ids = torch.tensor(rows, dtype=torch.long, device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=device)
     return ids, mask
 
 

@@ -59,7 +59,7 @@ def sample_rows(logits: torch.Tensor, params: SamplingParams, gens: Sequence[tor
         probs = probs.masked_fill(probs.cumsum(-1) - probs > params.top_p, 0.0)  # keep the token crossing top_p
     probs = probs.cpu()  # the generators are CPU ones, wherever the model runs
     picks = [int(torch.multinomial(probs[b], 1, generator=gen)) for b, gen in enumerate(gens)]
-    return picks if ids is None else ids.cpu()[torch.arange(len(picks)), picks].tolist()
+    return picks if ids is None else ids.cpu()[torch.arange(len(picks), device="cpu"), picks].tolist()
 
 
 Row = tuple[int, int]
@@ -102,7 +102,7 @@ class HFBackend:
             grouped_decode(model)  # decode steps attend without copying the cache (inference.attention)
         self.base = model
         self.tokenizer = tokenizer
-        self.device = device
+        self.device = next(model.parameters()).device  # where every tensor of a generation is made
         self.batch_size = batch_size
         self.lora: MultiLora | None = None  # wraps the target layers at the first adapter
         self.adapters: set[str] = set()
@@ -199,13 +199,13 @@ class HFBackend:
             if not keep:
                 break
             if len(keep) < len(alive):
-                index = torch.tensor(keep)
+                index = torch.tensor(keep, device=self.device)
                 cache.batch_select_indices(index)
                 mask, positions = mask[index], positions[index]
                 alive = [alive[s] for s in keep]
                 route([names[r] for r in alive], dtype)
-            step_ids = torch.tensor(next_ids).unsqueeze(1)
-            mask = torch.cat([mask, torch.ones((len(alive), 1), dtype=torch.long)], dim=1)
+            step_ids = torch.tensor(next_ids, device=self.device).unsqueeze(1)
+            mask = torch.cat([mask, torch.ones((len(alive), 1), dtype=torch.long, device=self.device)], dim=1)
             positions = torch.cat([positions, positions[:, -1:] + 1], dim=1)
         route(None, dtype)
         return [
@@ -227,23 +227,23 @@ class HFBackend:
         first: dict[tuple, int] = {}
         expand = [first.setdefault((name, tuple(p)), len(first)) for name, p in zip(names, prompts, strict=True)]
         lead = [expand.index(u) for u in range(len(first))]  # distinct row -> its first row
-        ids, mask = left_padded([prompts[b] for b in lead], self.pad_id)
+        ids, mask = left_padded([prompts[b] for b in lead], self.pad_id, self.device)
         positions = (mask.cumsum(-1) - 1).clamp_min(0)
         route([names[b] for b in lead], dtype)
         logits = self._next_logits(ids, mask, positions, cache)
         route(names, dtype)
         if len(first) == len(prompts):
             return logits, mask, positions
-        index = torch.tensor(expand)
+        index = torch.tensor(expand, device=self.device)
         cache.batch_select_indices(index)  # as the decode steps do
-        return logits[index.to(logits.device)], mask[index], positions[index]
+        return logits[index], mask[index], positions[index]
 
     def _next_logits(self, step_ids, mask, positions, cache) -> torch.Tensor:
         """Logits of the next token of every row, after feeding ``step_ids`` into ``cache``."""
-        out = self.base(
-            input_ids=step_ids.to(self.device),
-            attention_mask=mask.to(self.device),
-            position_ids=positions[:, -step_ids.shape[1] :].to(self.device),
+        out = self.base(  # every tensor of a generation lives on the model's device
+            input_ids=step_ids,
+            attention_mask=mask,
+            position_ids=positions[:, -step_ids.shape[1] :],
             cache=cache,
             use_cache=True,
             logits_to_keep=1,  # the prompt's other positions are never sampled: a third of the prefill

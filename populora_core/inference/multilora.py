@@ -33,8 +33,9 @@ class MultiLoraLinear(nn.Module):
         super().__init__()
         self.base = base
         self.router = router
-        self.register_buffer("A", torch.zeros(0, base.in_features, dtype=base.weight.dtype), persistent=False)
-        self.register_buffer("B", torch.zeros(base.out_features, 0, dtype=base.weight.dtype), persistent=False)
+        like = {"dtype": base.weight.dtype, "device": base.weight.device}
+        self.register_buffer("A", torch.zeros(0, base.in_features, **like), persistent=False)
+        self.register_buffer("B", torch.zeros(base.out_features, 0, **like), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base(x)

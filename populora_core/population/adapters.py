@@ -208,7 +208,8 @@ def save_optimizer_state(directory: Path, state: dict) -> None:
 
 def load_optimizer_state(directory: Path) -> dict | None:
     path = Path(directory) / OPTIMIZER_STATE
-    return torch.load(path, weights_only=True) if path.exists() else None
+    # on the CPU: a state saved where the model ran on a GPU loads on any machine
+    return torch.load(path, map_location="cpu", weights_only=True) if path.exists() else None
 
 
 def members_frame(members: Sequence[Member]) -> pd.DataFrame:

@@ -19,7 +19,7 @@ import torch
 from transformers import DynamicCache
 
 from populora_core.inference.base import left_padded
-from populora_core.training.rollouts import Rollout, target_logprobs
+from populora_core.training.rollouts import Rollout, model_device, target_logprobs
 
 
 def shared_prompt_logprobs(
@@ -32,24 +32,23 @@ def shared_prompt_logprobs(
     for r in batch:
         slots.setdefault(tuple(r.prompt_ids), len(slots))
     prompts = list(slots)
-    which = torch.tensor([slots[tuple(r.prompt_ids)] for r in batch])
-    p_ids, p_mask = left_padded(prompts, pad_id)
+    device = model_device(model)
+    which = torch.tensor([slots[tuple(r.prompt_ids)] for r in batch], device=device)
+    p_ids, p_mask = left_padded(prompts, pad_id, device)
     p_pos = (p_mask.cumsum(-1) - 1).clamp_min(0)
     cache = DynamicCache()
     out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, cache=cache, logits_to_keep=1)
     width = max(len(r.completion_ids) for r in batch)
-    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    comp = torch.zeros((len(batch), width))
-    old = torch.zeros((len(batch), width))
-    for b, r in enumerate(batch):
-        ids[b, : len(r.completion_ids)] = torch.tensor(list(r.completion_ids))
-        comp[b, : len(r.completion_ids)] = 1
-        old[b, : len(r.completion_ids)] = torch.tensor(list(r.old_logprobs), dtype=torch.float32)
+    rows = [(r, width - len(r.completion_ids)) for r in batch]
+    ids = torch.tensor([[*r.completion_ids] + [pad_id] * n for r, n in rows], dtype=torch.long, device=device)
+    f32 = {"dtype": torch.float32, "device": device}
+    comp = torch.tensor([[1.0] * len(r.completion_ids) + [0.0] * n for r, n in rows], **f32)
+    old = torch.tensor([[float(x) for x in r.old_logprobs] + [0.0] * n for r, n in rows], **f32)
     logp = target_logprobs(out.logits[which][:, -1:], ids[:, :1], chunk)  # each prompt's last position
     if width > 1:
         cache.batch_select_indices(which)  # each completion's own prompt (repeated rows share its graph)
         attn = torch.cat([p_mask[which], comp[:, :-1].long()], dim=1)
-        pos = p_pos[which, -1:] + 1 + torch.arange(width - 1)
+        pos = p_pos[which, -1:] + 1 + torch.arange(width - 1, device=device)
         rest = model(
             input_ids=ids[:, :-1], attention_mask=attn, position_ids=pos, cache=cache
         ).logits  # position t predicts completion token t + 1

@@ -50,24 +50,29 @@ def token_logprobs(
     return target_logprobs(logits, input_ids[:, start + 1 :], chunk)
 
 
-def pad_rollouts(batch: Sequence[Rollout], pad_id: int) -> tuple[torch.Tensor, ...]:
-    """Right-padded ids, attention mask, completion mask and old log-probs, aligned to targets."""
+def model_device(model) -> torch.device:
+    """The device of ``model``'s parameters: where every tensor handed to it must be."""
+    return next(model.parameters()).device
+
+
+def pad_rollouts(batch: Sequence[Rollout], pad_id: int, device=None) -> tuple[torch.Tensor, ...]:
+    """Right-padded ids, attention mask, completion mask and old log-probs, aligned to targets,
+    built as lists and made tensors once, on ``device`` (default: the CPU)."""
+    device = torch.device("cpu") if device is None else device
     width = max(len(r.prompt_ids) + len(r.completion_ids) for r in batch)
-    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(batch), width), dtype=torch.long)
-    comp = torch.zeros((len(batch), width - 1))
-    old = torch.zeros((len(batch), width - 1))
-    for b, r in enumerate(batch):
-        p, c = len(r.prompt_ids), len(r.completion_ids)
-        ids[b, : p + c] = torch.tensor([*r.prompt_ids, *r.completion_ids])
-        attn[b, : p + c] = 1
-        comp[b, p - 1 : p - 1 + c] = 1  # position t predicts token t + 1
-        old[b, p - 1 : p - 1 + c] = torch.tensor(list(r.old_logprobs), dtype=torch.float32)
-    return ids, attn, comp, old
+    ids, attn, comp, old = [], [], [], []
+    for r in batch:
+        p, c, pad = len(r.prompt_ids), len(r.completion_ids), width - len(r.prompt_ids) - len(r.completion_ids)
+        ids.append([*r.prompt_ids, *r.completion_ids] + [pad_id] * pad)
+        attn.append([1] * (p + c) + [0] * pad)
+        comp.append([0.0] * (p - 1) + [1.0] * c + [0.0] * pad)  # position t predicts token t + 1
+        old.append([0.0] * (p - 1) + [float(x) for x in r.old_logprobs] + [0.0] * pad)
+    long, f32 = {"dtype": torch.long, "device": device}, {"dtype": torch.float32, "device": device}
+    return torch.tensor(ids, **long), torch.tensor(attn, **long), torch.tensor(comp, **f32), torch.tensor(old, **f32)
 
 
 def whole_sequence_logprobs(model, batch: Sequence[Rollout], pad_id: int, chunk: int):
     """``prefix.shared_prompt_logprobs``'s triple, every (prompt + completion) right-padded and run whole."""
-    ids, attn, comp, old = pad_rollouts(batch, pad_id)
+    ids, attn, comp, old = pad_rollouts(batch, pad_id, model_device(model))
     start = min(len(r.prompt_ids) for r in batch) - 1  # first position predicting a completion token
     return token_logprobs(model, ids, attn, chunk, start), comp[:, start:], old[:, start:]

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from populora_core.training.grpo import policy_loss
 from populora_core.training.prefix import shared_prompt_logprobs
-from populora_core.training.rollouts import Rollout, whole_sequence_logprobs
+from populora_core.training.rollouts import Rollout, model_device, whole_sequence_logprobs
 
 if TYPE_CHECKING:  # the config (pydantic) only types: benchmarks/gpu_check.py runs without it
     from populora_core.config import GRPOConfig, PopulationConfig
@@ -49,7 +49,7 @@ def _minibatch_step(
     chunk = _by_prompt(chunk) if shared else chunk
     for s in range(0, len(chunk), config.micro_batch_size):
         batch = chunk[s : s + config.micro_batch_size]
-        adv = torch.tensor([r.advantage for r in batch], dtype=torch.float32)
+        adv = torch.tensor([r.advantage for r in batch], dtype=torch.float32, device=model_device(model))
         with autocast:
             logp, comp, old = logprobs(model, batch, pad_id, config.logprob_chunk)
         ref = None
@@ -124,7 +124,8 @@ def update_adapter(
     steps = 0
     grad_norm = 0.0
     if generator is not None:
-        rollouts = [rollouts[i] for i in torch.randperm(len(rollouts), generator=generator).tolist()]
+        order = torch.randperm(len(rollouts), generator=generator, device="cpu").tolist()  # the generator's device
+        rollouts = [rollouts[i] for i in order]
     parts = min(config.minibatches, len(rollouts))
     bounds = [round(i * len(rollouts) / parts) for i in range(parts + 1)]
     for _ in range(config.epochs):
@@ -151,7 +152,19 @@ def update_adapter(
         "charts/seconds": seconds,
         "charts/tokens_per_s": total_tokens * config.epochs / seconds,
     }
-    return metrics, optimizer.state_dict()
+    return metrics, to_cpu(optimizer.state_dict())
+
+
+def to_cpu(value):
+    """``value`` (an optimizer state: nested dicts and lists of tensors) with every tensor on
+    the CPU: what is stored is loadable on any machine."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_cpu(v) for v in value)
+    return value
 
 
 def extract_adapter(model, adapter_id: str):
@@ -167,8 +180,8 @@ def extract_adapter(model, adapter_id: str):
             continue
         path = name.removeprefix("base_model.model.")
         modules[path] = LoraFactors(
-            A=lora_a[adapter_id].weight.detach().float().clone(),
-            B=module.lora_B[adapter_id].weight.detach().float().clone(),
+            A=lora_a[adapter_id].weight.detach().to("cpu", torch.float32, copy=True),  # files are written from the CPU
+            B=module.lora_B[adapter_id].weight.detach().to("cpu", torch.float32, copy=True),
         )
         rank = module.r[adapter_id]
         alpha = module.lora_alpha[adapter_id]

@@ -40,7 +40,7 @@ from populora_core.population.lora import (
 
 
 def _randn_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    return torch.randn(x.shape, generator=gen, dtype=x.dtype, device=x.device)
+    return torch.randn(x.shape, generator=gen, dtype=x.dtype, device=gen.device).to(x.device)
 
 
 def _rms(x: torch.Tensor) -> torch.Tensor:
@@ -64,13 +64,14 @@ def _rotation(
     orth() is one Cholesky of a k × k matrix. Cost O(d k²); no d × d matrix."""
     k, d = Y.shape
     m = min(k, ROTATION_DIRECTIONS)
-    M0 = torch.randn((k, k), generator=gen, dtype=Y.dtype) / k**0.5
+    draw = {"generator": gen, "dtype": Y.dtype, "device": gen.device}  # drawn where the generator is
+    M0 = torch.randn((k, k), **draw).to(Y.device) / k**0.5
     E = torch.linalg.matrix_exp(step * (M0 - M0.T) / 2)  # (k, k) rotation
-    H = torch.randn((m, d), generator=gen, dtype=Y.dtype)
-    W = torch.randn((m, k), generator=gen, dtype=Y.dtype) / m**0.5
+    H = torch.randn((m, d), **draw).to(Y.device)
+    W = torch.randn((m, k), **draw).to(Y.device) / m**0.5
     H_perp = H - ((H @ Y.T) @ T @ T.T) @ Y  # (m, d): rows orthogonal to span(U)
     c = step / d**0.5
-    gram = torch.eye(k, dtype=torch.float64) + c**2 * (W.T @ (H_perp @ H_perp.T) @ W).to(torch.float64)
+    gram = torch.eye(k, dtype=torch.float64, device=Y.device) + c**2 * (W.T @ (H_perp @ H_perp.T) @ W).to(torch.float64)
     L_inv_t = torch.linalg.inv(torch.linalg.cholesky(gram)).T.to(Y.dtype)  # (k, k)
     return (T @ E @ L_inv_t) * scale[None, :], H_perp, (c * W @ L_inv_t) * scale[None, :]
 
@@ -87,7 +88,7 @@ def svd_perturbation(parent: LoraAdapter, gen: torch.Generator, *, sigma: float 
         if core is None:  # rank-deficient factors: explicit orthonormal bases
             U, S, V = factored_svd(f.B, f.A)
             B, A = U, V.T.contiguous()
-            T_u = T_v = torch.eye(S.shape[0], dtype=S.dtype)
+            T_u = T_v = torch.eye(S.shape[0], dtype=S.dtype, device=S.device)
         else:
             (T_u, S, T_v), B, A = core, f.B, f.A
         s_a, s_b = split(S * torch.exp(sigma * _randn_like(S, gen)), a)
@@ -104,7 +105,7 @@ def layer_noise(parent: LoraAdapter, gen: torch.Generator, *, fraction: float = 
     module, X ← X + σ·rms(X)·ε for X ∈ {A, B}, ε ~ N(0, I) (noise scaled per tensor)."""
     layers = sorted({layer_index(n) for n in parent.modules})
     n_pick = max(1, round(fraction * len(layers)))
-    order = torch.randperm(len(layers), generator=gen)[:n_pick].tolist()
+    order = torch.randperm(len(layers), generator=gen, device=gen.device)[:n_pick].tolist()
     picked = {layers[i] for i in order}
     modules = {}
     for name, f in parent:
@@ -124,8 +125,8 @@ def component_mask(parent: LoraAdapter, gen: torch.Generator, *, fraction: float
     ∂L/∂B_i = G A_iᵀ is non-zero, so it learns again."""
     r = parent.rank
     n_mask = max(1, round(fraction * r))
-    masked = torch.randperm(r, generator=gen)[:n_mask]
-    keep = torch.ones(r)
+    masked = torch.randperm(r, generator=gen, device=gen.device)[:n_mask]
+    keep = torch.ones(r, device=gen.device)
     keep[masked] = 0.0
     modules = {}
     for name, f in parent:
@@ -133,10 +134,10 @@ def component_mask(parent: LoraAdapter, gen: torch.Generator, *, fraction: float
         core = svd_core(f.B, f.A)
         if core is None:
             U, S, V = factored_svd(f.B, f.A)
-            A, B = svd_factors(U, S * keep.to(S.dtype), V, a)
+            A, B = svd_factors(U, S * keep.to(S), V, a)
         else:
             T_u, S, T_v = core
-            A, B = reproject(f.A, f.B, T_u, S * keep.to(S.dtype), T_v, a)
+            A, B = reproject(f.A, f.B, T_u, S * keep.to(S), T_v, a)
         fresh = _randn_like(A[masked], gen)
         A[masked] = a * fresh / fresh.norm(dim=1, keepdim=True).clamp_min(1e-12)
         modules[name] = LoraFactors(A=A, B=B)
@@ -159,7 +160,7 @@ def _keep_mask(shape: torch.Size, p: float, gen: torch.Generator) -> tuple[torch
     64-bit draw, ~8× fewer generator calls than one uniform per entry."""
     n = math.prod(shape)
     drop = round(256 * p)
-    raw = torch.randint(-(2**63), 2**63 - 1, ((n + 7) // 8,), dtype=torch.int64, generator=gen)
+    raw = torch.randint(-(2**63), 2**63 - 1, ((n + 7) // 8,), dtype=torch.int64, generator=gen, device=gen.device)
     mask = raw.view(torch.uint8)[:n].reshape(shape) >= drop
     return mask, drop / 256
 
@@ -168,7 +169,7 @@ def dare(x: torch.Tensor, p: float, gen: torch.Generator) -> torch.Tensor:
     """Drop And REscale (Yu et al., 2024): x ⊙ m / (1 − p), m ~ Bernoulli(1 − p)
     (p rounded to a multiple of 1/256); E[dare(x)] = x."""
     keep, p_hat = _keep_mask(x.shape, p, gen)
-    return torch.where(keep, x, 0.0).mul_(1.0 / (1.0 - p_hat))
+    return torch.where(keep.to(x.device), x, 0.0).mul_(1.0 / (1.0 - p_hat))
 
 
 def dare_merge(a: LoraAdapter, b: LoraAdapter, gen: torch.Generator, *, p: float = 0.5, weight: float = 0.5):
@@ -196,7 +197,9 @@ def layer_crossover(a: LoraAdapter, b: LoraAdapter, gen: torch.Generator):
     or parent b, each with probability 1/2 (modules outside layers come from a)."""
     layers = sorted({layer_index(n) for n in a.modules})
     from_b = {
-        layer for layer, coin in zip(layers, torch.rand(len(layers), generator=gen).tolist(), strict=True) if coin < 0.5
+        layer
+        for layer, coin in zip(layers, torch.rand(len(layers), generator=gen, device=gen.device).tolist(), strict=True)
+        if coin < 0.5
     }
     from_b.discard(-1)
     modules = {name: (b.modules[name] if layer_index(name) in from_b else f) for name, f in a}
@@ -210,7 +213,7 @@ def subspace_mix(a: LoraAdapter, b: LoraAdapter, gen: torch.Generator, *, k: int
     components 1..k of a and k+1..r of b; k ~ U{1, …, r−1} unless given. X3(a, a) = a."""
     r = a.rank
     if k is None:
-        k = int(torch.randint(1, max(2, r), (1,), generator=gen).item())
+        k = int(torch.randint(1, max(2, r), (1,), generator=gen, device=gen.device).item())
     modules = {}
     for name, fa in a:
         scale = factor_scale(fa)
@@ -238,7 +241,7 @@ def task_arithmetic(better: LoraAdapter, worse: LoraAdapter, gen: torch.Generato
     parent. On the factors separately it would mix unrelated A's: B'A' would carry the
     cross terms B_w A_b and B_b A_w, and scale ΔW_better by η²."""
     if eta is None:
-        eta = 1.0 + 0.5 * float(torch.rand((), generator=gen).item())
+        eta = 1.0 + 0.5 * float(torch.rand((), generator=gen, device=gen.device).item())
     modules = {}
     for name, fw in worse:
         fb = better.modules[name]
