@@ -14,7 +14,6 @@ process left Running to Crashed; as a subflow its parent did both.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from populora_core.config import ConfigError
+from populora_core.rundir.lock import process_command
 from populora_core.rundir.run import RunDir, default_runs_dir, open_run
 from populora_core.stages.table import stage_names
 from tasks.orphans import crash_orphans
@@ -43,8 +43,7 @@ def _generation_run_name() -> str:
 
 def lock_holder() -> str:
     """What the run lock records as its holder: the process's command and the flow run."""
-    command = " ".join(["populora", *sys.argv[1:]])[:200]
-    return f"{command}; {flow_run.get_flow_name()} flow run {flow_run.get_name()}"
+    return f"{process_command()}; {flow_run.get_flow_name()} flow run {flow_run.get_name()}"
 
 
 @flow(name="populora-generation", flow_run_name=_generation_run_name)

@@ -53,6 +53,11 @@ _held: dict[str, list] = {}  # resolved lock path -> [fd, depth]
 _guard = threading.Lock()
 
 
+def process_command() -> str:
+    """This process's command line as the lock records it (``populora train …``)."""
+    return " ".join(["populora", *sys.argv[1:]])[:200]
+
+
 def lock_path(run_root: str | Path) -> Path:
     return Path(run_root) / LOCK_FILE
 
@@ -96,7 +101,7 @@ def acquire(run_root: str | Path, command: str | None = None) -> None:
         me = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "command": command or " ".join(["populora", *sys.argv[1:]])[:200],
+            "command": command or process_command(),
             "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         try:
