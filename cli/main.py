@@ -11,7 +11,7 @@ from typing import get_args
 from cli.common import quiet_prefect
 from cli.data import cmd_data, cmd_models, cmd_verify
 from cli.inspection import cmd_analyze, cmd_evaluate, cmd_runs, cmd_status
-from cli.run import cmd_prune, cmd_replay, cmd_resume, cmd_train
+from cli.run import cmd_plan, cmd_prune, cmd_replay, cmd_resume, cmd_train
 from populora_core.config import DEFAULT_MODEL, DEFAULT_PRESET, PRESETS, SandboxBackendName, SandboxConfig
 
 
@@ -58,6 +58,19 @@ def _add_run_parsers(sub) -> None:
     _add_cluster(train)
     _add_run_options(train)
     train.set_defaults(func=cmd_train)
+    plan = sub.add_parser(
+        "plan",
+        help="the GPU memory plan of a configuration",
+        description="What the trainer and vLLM need on each GPU, and where they go, computed from the config "
+        "and the model's shapes without loading anything; exit status 2 when it cannot fit.",
+    )
+    plan.add_argument("--preset", choices=list(PRESETS), help="named configuration (default paper-7b when no --config)")
+    plan.add_argument("--config", help="YAML run configuration (applied on top of --preset)")
+    _add_set(plan)
+    plan.add_argument("--gpus", type=int, help="GPUs of the node (default: this machine's)")
+    plan.add_argument("--gpu-memory", type=float, help="GiB of each GPU, as torch reports it (default: this machine's)")
+    plan.add_argument("--json", action="store_true", help="the plan as one JSON line")
+    plan.set_defaults(func=cmd_plan)
 
     resume = sub.add_parser(
         "resume",

@@ -18,6 +18,7 @@ def run_training(
 
     try:
         run.check_free()
+        check_fits(console, run.config())
         with heartbeats():
             console.print(f"run directory: [bold]{run.root}[/bold]")
             train_flow(
@@ -27,6 +28,52 @@ def run_training(
         return error(console, exc)
     console.print(generations_table(run))
     console.print(f"run directory: [bold]{run.root}[/bold]  (populora status {run.root})")
+    return 0
+
+
+def check_fits(console, config) -> None:
+    """Refuses, before any flow starts, a GPU run whose memory plan does not fit this machine's
+    GPUs (PlanError, with the numbers); prints the plan of one that does."""
+    from populora_core.engine.memory import format_plan, machine_plan
+
+    plan = machine_plan(config)
+    if plan is not None:
+        console.print(format_plan(config, plan), highlight=False, soft_wrap=True)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Prints the memory plan of a configuration on ``--gpus`` GPUs of ``--gpu-memory`` GiB (default:
+    this machine's), without loading anything; exit status 2 when it does not fit."""
+    import json
+
+    from rich.console import Console
+
+    from populora_core.config import load_config
+    from populora_core.engine.memory import format_plan, machine_gpus, make_plan
+
+    console = Console()
+    try:
+        config = load_config(
+            args.config, preset=args.preset or (None if args.config else "paper-7b"), overrides=args.set
+        )
+        gpus, memory = args.gpus, args.gpu_memory
+        if gpus is None or memory is None:
+            here, here_memory = machine_gpus()
+            if gpus is None and here == 0:
+                return error(console, "no GPU on this machine: give --gpus N (and --gpu-memory GiB)")
+            gpus = here if gpus is None else gpus
+            memory = here_memory if memory is None else memory
+        if not memory:
+            return error(console, "give --gpu-memory GiB (what torch reports: an 80 GB card is 79.2 GiB)")
+        if not config.model.device.startswith("cuda"):
+            config = config.model_copy(update={"model": config.model.model_copy(update={"device": "cuda"})})
+        plan = make_plan(config, gpus, memory)
+    except user_errors() as exc:
+        return error(console, exc)
+    if args.json:
+        print(json.dumps(plan.as_dict(), default=lambda p: p.__dict__))
+    else:
+        console.print(format_plan(config, plan), highlight=False, soft_wrap=True)
     return 0
 
 

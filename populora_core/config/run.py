@@ -48,7 +48,15 @@ class InferenceConfig(_Frozen):
     """`vllm`: an already running server; None starts one."""
     vllm_args: list[str] = Field(default_factory=list)
     """`vllm`: more arguments of the server this process (or each Ray node's inference actor)
-    starts, e.g. `[--gpu-memory-utilization, "0.45"]` when update tasks share its GPU."""
+    starts, e.g. `[--max-num-seqs, "128"]` (the GPU share and `--max-model-len` have fields of their own)."""
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    """`vllm` on a GPU: the share of each of its GPUs a server takes; None: from the memory plan
+    (`populora plan`): 0.9 on GPUs of its own, what the trainer's peak leaves on a shared one."""
+    max_model_len: int | None = Field(None, ge=256)
+    """`vllm`: the longest prompt + completion the servers accept; None: the longest request this
+    config can build (engine/memory.py `lengths`), refused at start when over the model's context."""
+    enforce_eager: bool | None = None
+    """`vllm`: no CUDA graphs; None: eager on vLLM's CPU build only."""
     batch_size: int = Field(16, ge=1)
     """`hf`: rows decoded together."""
     temperature: float = Field(1.0, ge=0)

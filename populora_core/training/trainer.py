@@ -268,14 +268,17 @@ class Trainer:
 
 
 def _return_freed_memory() -> None:
-    """Hands the update's freed activations back to the OS. glibc keeps them otherwise:
-    seen here, a cpu-arms-race process (two model copies) still held 8.7 GB while it
-    generated after its update, with two such runs side by side on 24 GB. A no-op
-    where glibc is absent."""
+    """Hands the update's freed activations back: on a GPU, torch's cached blocks to the driver
+    (a vLLM server sharing the GPU, or one started after a resume, finds them free); on the
+    CPU, glibc's free lists to the OS. glibc keeps them otherwise: seen here, a cpu-arms-race
+    process (two model copies) still held 8.7 GB while it generated after its update, with
+    two such runs side by side on 24 GB. A no-op where glibc is absent."""
     import ctypes
     import gc
 
     gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):

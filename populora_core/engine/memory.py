@@ -1,0 +1,480 @@
+"""The memory plan of a GPU run: what each phase needs, and where the pieces go.
+
+Computed from the configuration and the base model's architecture (its ``config.json``,
+or the shapes below for models not on this machine), without loading anything:
+
+- **trainer** (one process, one GPU): the base weights in the model dtype; the trained
+  LoRA slot in float32 with its gradients and AdamW's two moments (16 bytes a parameter);
+  the activations autograd keeps for one micro-batch, with and without activation
+  checkpointing; the completion logits and their float32 log-softmax chunks.
+- **vLLM** (a server per GPU it is given): the base weights, the LoRA slots
+  (``max_loras`` × the adapters' factors at ``max_lora_rank``), a fixed allowance for its
+  activations, CUDA graphs and sampler, and the KV cache in what is left.
+
+Placement: with two or more GPUs the trainer gets the model's device (``cuda`` → GPU 0)
+and vLLM one server on each other GPU (independent replicas, requests spread over them);
+with one GPU both share it, and vLLM's ``--gpu-memory-utilization`` is the share the
+trainer's peak leaves. vLLM's sleep mode is not used: with LoRA in the vLLM versions we
+pin, a level-1 wake was reported to stop applying the adapter silently (vllm#53888) and a
+level-2 wake to crash (vllm#39934, open). A plan that does not fit raises ``PlanError``
+with its numbers.
+
+The activation figures are autograd's saved tensors of the trainer's own loss path,
+fitted on small Qwen2 shapes and checked on another one by ``tests/core/engine/test_memory.py``
+(within a few percent); the vLLM allowance is an estimate to compare with the
+"Available KV cache memory" line of the server's log and ``benchmarks/gpu_check.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from populora_core.config import ConfigError, RunConfig
+
+GIB = 2**30
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+CONTEXT_GIB = 1.0
+"""Each CUDA process: the CUDA context and the allocator's slack beyond its peak."""
+VLLM_OVERHEAD_GIB = 3.0
+"""vLLM beyond weights, LoRA slots and KV cache: activations at its batch, CUDA graphs, sampler."""
+DEDICATED_UTILIZATION = 0.9
+"""vLLM's ``--gpu-memory-utilization`` on a GPU it does not share."""
+
+KNOWN_SHAPES: dict[str, dict] = {
+    # config.json of models a planning machine may not hold (the architecture's fields)
+    "Qwen/Qwen2.5-Coder-7B": {
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "vocab_size": 152064,
+        "max_position_embeddings": 32768,
+        "tie_word_embeddings": False,
+    },
+    "Qwen/Qwen2.5-Coder-1.5B": {
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+        "max_position_embeddings": 32768,
+        "tie_word_embeddings": True,
+    },
+}
+KNOWN_SHAPES["Qwen/Qwen2.5-Coder-7B-Instruct"] = KNOWN_SHAPES["Qwen/Qwen2.5-Coder-7B"]
+KNOWN_SHAPES["Qwen/Qwen2.5-Coder-1.5B-Instruct"] = KNOWN_SHAPES["Qwen/Qwen2.5-Coder-1.5B"]
+
+
+class PlanError(ConfigError):
+    """The configuration does not fit the GPUs; the message carries the plan's numbers."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The fields of a decoder-only transformer's config that memory depends on."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    context: int
+    tied: bool
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> ModelShape:
+        return cls(
+            hidden=cfg["hidden_size"],
+            intermediate=cfg["intermediate_size"],
+            layers=cfg["num_hidden_layers"],
+            heads=cfg["num_attention_heads"],
+            kv_heads=cfg.get("num_key_value_heads", cfg["num_attention_heads"]),
+            vocab=cfg["vocab_size"],
+            context=cfg.get("max_position_embeddings", 32768),
+            tied=bool(cfg.get("tie_word_embeddings", False)),
+        )
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * (self.hidden // self.heads)
+
+    def module_dims(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of each linear module of one layer, by name."""
+        h, kv, i = self.hidden, self.kv_dim, self.intermediate
+        return {
+            "q_proj": (h, h),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (h, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
+
+    def parameters(self) -> int:
+        layer = sum(a * b for a, b in self.module_dims().values()) + self.hidden + 2 * self.kv_dim  # qkv biases
+        layer += 2 * self.hidden  # the two norms
+        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
+        return self.layers * layer + embeddings + self.hidden
+
+    def lora_parameters(self, rank: int, targets) -> int:
+        dims = self.module_dims()
+        return self.layers * sum(rank * (dims[t][0] + dims[t][1]) for t in targets if t in dims)
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return 2 * self.layers * self.kv_dim * dtype_bytes
+
+    def saved_bytes_per_token(self, dtype_bytes: int, rank: int, targets, checkpointing: bool) -> float:
+        """Bytes autograd keeps per sequence position for the backward (no logits).
+        Per layer: 6·h + 2·kv + 4·intermediate + r per LoRA target elements (fitted on the
+        trainer's path); checkpointing keeps only each layer's input (and the embedding's)."""
+        if checkpointing:
+            return (self.layers + 1) * self.hidden * dtype_bytes
+        return self.layers * self.layer_bytes_per_token(dtype_bytes, rank, targets)
+
+    def layer_bytes_per_token(self, dtype_bytes: int, rank: int, targets) -> float:
+        n_targets = sum(1 for t in targets if t in self.module_dims())
+        return (6 * self.hidden + 2 * self.kv_dim + 4 * self.intermediate + n_targets * rank) * dtype_bytes
+
+
+def model_shape(name: str) -> ModelShape:
+    """The shape of ``model.name``: its ``config.json`` where this machine has it (a local
+    directory, an embedded model already fetched, the Hugging Face cache), else
+    ``KNOWN_SHAPES``; never downloads."""
+    cfg = _local_config(name)
+    if cfg is None:
+        cfg = KNOWN_SHAPES.get(name)
+    if cfg is None:
+        raise ConfigError(
+            f"no config.json for model {name!r} on this machine and no built-in shape for it: put the model in "
+            f"the Hugging Face cache (huggingface-cli download {name} config.json) to plan its memory"
+        )
+    return ModelShape.from_config(cfg)
+
+
+def _local_config(name: str) -> dict | None:
+    candidates: list[Path] = []
+    if name.startswith("embedded:"):
+        from populora_core.models import models_dir
+
+        candidates.append(models_dir() / name.removeprefix("embedded:") / "config.json")
+    elif Path(name).is_dir():
+        candidates.append(Path(name) / "config.json")
+    else:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            hit = try_to_load_from_cache(name, "config.json")
+            if isinstance(hit, str):
+                candidates.append(Path(hit))
+        except Exception:  # noqa: BLE001 - a malformed id simply has no cached config
+            pass
+    for path in candidates:
+        if path.is_file():
+            return json.loads(path.read_text())
+    return None
+
+
+# lengths --------------------------------------------------------------------------
+CHAT_TEMPLATE_TOKENS = 64
+"""Tokens a chat template adds around the system and user messages (Qwen2.5: about 20)."""
+REFERENCE_FORMAT_TOKENS = 48
+"""Tokens a reference's rendering adds to the proposal text it came from (fences, tags, title)."""
+
+
+def _template_chars(config: RunConfig) -> tuple[int, int]:
+    """Characters of the longest teacher and student prompts with empty references and problem:
+    a token covers at least one character of ASCII text, so they bound the template's tokens."""
+    from populora_core.problems.prompts import student_prompt, teacher_prompt
+    from populora_core.problems.types import Problem
+
+    def chars(messages) -> int:
+        return sum(len(m["content"]) for m in messages) + CHAT_TEMPLATE_TOKENS
+
+    teacher = max(chars(teacher_prompt(t, [])) for t in config.problems.task_types)
+    student = max(chars(student_prompt(Problem(t, "", ("",), ("",)))) for t in config.problems.task_types)
+    return teacher, student
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Longest prompt and completion, in tokens, of each role; what vLLM must accept."""
+
+    teacher_prompt: int
+    teacher_completion: int
+    student_prompt: int
+    student_completion: int
+    context: int
+    max_model_len: int
+
+    @property
+    def longest_update_sequence(self) -> int:
+        return max(self.teacher_prompt + self.teacher_completion, self.student_prompt + self.student_completion)
+
+
+def lengths(config: RunConfig, shape: ModelShape) -> Lengths:
+    """Token bounds of the prompts the config can build. A teacher prompt holds K references,
+    each a proposal of at most ``teacher_max_new_tokens`` re-rendered; a student prompt one
+    proposal and the outputs it shows (``max_output_chars`` each, one for abduction, the shown
+    half for induction, counted as one: more is clipped at request time, see ``VLLMBackend``).
+    Raises ConfigError when the longest exceeds the model's context."""
+    inf = config.inference
+    teacher_t, student_t = _template_chars(config)
+    reference = inf.teacher_max_new_tokens + REFERENCE_FORMAT_TOKENS
+    teacher_prompt = teacher_t + config.budget.references * reference
+    student_prompt = student_t + reference + config.problems.max_output_chars
+    need = max(teacher_prompt + inf.teacher_max_new_tokens, student_prompt + inf.student_max_new_tokens)
+    need = 256 * math.ceil(need / 256)
+    if inf.max_model_len is not None:
+        need = inf.max_model_len
+    if need > shape.context:
+        raise ConfigError(
+            f"the longest request this config can build needs {need} tokens (teacher prompt ≤ {teacher_prompt} "
+            f"+ {inf.teacher_max_new_tokens} new, student prompt ≤ {student_prompt} + {inf.student_max_new_tokens} "
+            f"new) but {config.model.name} holds {shape.context}: lower budget.references, "
+            "inference.teacher_max_new_tokens or problems.max_output_chars"
+        )
+    return Lengths(
+        teacher_prompt, inf.teacher_max_new_tokens, student_prompt, inf.student_max_new_tokens, shape.context, need
+    )
+
+
+# the plan ---------------------------------------------------------------------------
+@dataclass
+class Phase:
+    """One process's memory on one GPU, in GiB, by piece."""
+
+    pieces: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        return sum(self.pieces.values())
+
+
+@dataclass
+class Plan:
+    """Where the trainer and vLLM go, and what each needs (GiB)."""
+
+    gpus: int
+    gpu_memory_gib: float
+    trainer_gpu: int
+    vllm_gpus: list[int]
+    vllm_utilization: float
+    trainer: Phase
+    trainer_without_checkpointing: float
+    vllm: Phase
+    kv_cache_gib: float
+    kv_min_gib: float
+    concurrent_sequences: int
+    stage_sequences: int
+    max_model_len: int
+    checkpointing: bool
+    micro_batch: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def trainer_phase(config: RunConfig, shape: ModelShape, length: int, *, checkpointing: bool) -> Phase:
+    """The trainer's peak on its GPU: one update at ``grpo.micro_batch_size`` sequences of ``length``."""
+    wb = 4 if config.model.dtype == "float32" else 2  # auto: bfloat16 on a GPU of compute capability >= 8.0
+    pop, grpo = config.population, config.update_grpo
+    b = grpo.micro_batch_size
+    completion = max(config.inference.teacher_max_new_tokens, config.inference.student_max_new_tokens)
+    tokens = b * length
+    saved = tokens * shape.saved_bytes_per_token(wb, pop.rank, pop.target_modules, checkpointing)
+    recompute = tokens * shape.layer_bytes_per_token(wb, pop.rank, pop.target_modules) if checkpointing else 0.0
+    # float32 log-softmax chunks kept for the backward, the model-dtype logits beside them, and their gradient
+    logits = b * completion * shape.vocab * (4 + 2 * wb)
+    pieces = {
+        "base weights": shape.parameters() * wb,
+        "LoRA slot, gradients, AdamW": shape.lora_parameters(pop.rank, pop.target_modules) * 16,
+        "saved activations": saved,
+        "recomputed layer": recompute,
+        "logits": logits,
+    }
+    if grpo.kl_coef > 0:
+        pieces["reference pass"] = b * completion * shape.vocab * (4 + wb)
+    out = {k: v / GIB for k, v in pieces.items()}
+    out["CUDA context, allocator slack"] = CONTEXT_GIB
+    return Phase(out)
+
+
+def make_plan(config: RunConfig, gpus: int, gpu_memory_gib: float, *, shape: ModelShape | None = None) -> Plan:
+    """The plan of ``config`` on ``gpus`` GPUs of ``gpu_memory_gib`` each; raises PlanError
+    when it cannot fit (the message has the numbers)."""
+    if gpus < 1:
+        raise PlanError("a GPU plan needs at least one GPU")
+    shape = shape or model_shape(config.model.name)
+    length = lengths(config, shape)
+    checkpointing = config.grpo.gradient_checkpointing
+    seq = length.longest_update_sequence
+    trainer = trainer_phase(config, shape, seq, checkpointing=checkpointing)
+    without = trainer_phase(config, shape, seq, checkpointing=False).total
+    members = config.population.teachers + config.population.students
+    from populora_core.inference.vllm import vllm_rank
+
+    vb = 2  # vLLM serves in bfloat16 on a GPU
+    vllm = Phase(
+        {
+            "base weights": shape.parameters() * vb / GIB,
+            "LoRA slots": (members + 2)
+            * shape.lora_parameters(vllm_rank(config.population.rank), config.population.target_modules)
+            * vb
+            / GIB,
+            "activations, CUDA graphs, sampler": VLLM_OVERHEAD_GIB,
+            "CUDA context": CONTEXT_GIB,
+        }
+    )
+    kv_token = shape.kv_bytes_per_token(vb) / GIB
+    kv_min = length.max_model_len * kv_token
+    trainer_gpu = _device_index(config.model.device)
+    if trainer_gpu >= gpus:
+        raise PlanError(f"model.device {config.model.device} names GPU {trainer_gpu}, but the plan has {gpus}")
+    if gpus >= 2:
+        vllm_gpus = [g for g in range(gpus) if g != trainer_gpu]
+        utilization = config.inference.gpu_memory_utilization or DEDICATED_UTILIZATION
+        if trainer.total > gpu_memory_gib:
+            raise PlanError(_no_fit("the trainer", trainer, gpu_memory_gib, config))
+    else:
+        vllm_gpus = [trainer_gpu]
+        free = gpu_memory_gib - trainer.total
+        if free <= 0:
+            raise PlanError(_no_fit("the trainer alone", trainer, gpu_memory_gib, config))
+        utilization = config.inference.gpu_memory_utilization or math.floor(100 * free / gpu_memory_gib) / 100
+        if utilization * gpu_memory_gib > free + 1e-9:
+            raise PlanError(
+                f"inference.gpu_memory_utilization {utilization:.2f} of {gpu_memory_gib:.1f} GiB leaves the trainer "
+                f"{gpu_memory_gib * (1 - utilization):.1f} GiB of the GPU they share; it needs {trainer.total:.1f} "
+                f"(leave the field empty: the plan gives vLLM {math.floor(100 * free / gpu_memory_gib) / 100:.2f})"
+            )
+    kv = utilization * gpu_memory_gib - vllm.total
+    if kv < kv_min:
+        raise PlanError(
+            f"vLLM on {gpu_memory_gib:.1f} GiB × {utilization:.2f} = {utilization * gpu_memory_gib:.1f} GiB holds "
+            f"{vllm.total:.1f} GiB of weights, LoRA slots and overhead and {max(kv, 0):.1f} GiB of KV cache; one "
+            f"request of max_model_len {length.max_model_len} needs {kv_min:.2f} GiB"
+            + ("" if gpus > 1 else f" (the trainer needs {trainer.total:.1f} GiB of the same GPU)")
+            + ": use a second GPU, or lower grpo.micro_batch_size"
+            + ("" if checkpointing else ", or turn on grpo.gradient_checkpointing")
+        )
+    budget = config.play_budget
+    stage = max(
+        config.population.teachers * budget.proposals_per_teacher,
+        config.population.students * budget.problems_per_match * budget.samples_per_problem,
+    )
+    per_seq = max(length.teacher_prompt + length.teacher_completion, length.student_prompt + length.student_completion)
+    concurrent = int(kv // (per_seq * kv_token)) * len(vllm_gpus)
+    return Plan(
+        gpus=gpus,
+        gpu_memory_gib=gpu_memory_gib,
+        trainer_gpu=trainer_gpu,
+        vllm_gpus=vllm_gpus,
+        vllm_utilization=utilization,
+        trainer=trainer,
+        trainer_without_checkpointing=without,
+        vllm=vllm,
+        kv_cache_gib=kv,
+        kv_min_gib=kv_min,
+        concurrent_sequences=min(concurrent, stage),
+        stage_sequences=stage,
+        max_model_len=length.max_model_len,
+        checkpointing=checkpointing,
+        micro_batch=config.update_grpo.micro_batch_size,
+    )
+
+
+def _device_index(device: str) -> int:
+    if not device.startswith("cuda"):
+        raise PlanError(f"the memory plan is for GPU runs; model.device is {device!r}")
+    _, _, index = device.partition(":")
+    return int(index) if index else 0
+
+
+def _no_fit(what: str, phase: Phase, gpu_memory_gib: float, config: RunConfig) -> str:
+    lines = "\n".join(f"  {k}: {v:.1f} GiB" for k, v in phase.pieces.items())
+    hint = (
+        "turn on grpo.gradient_checkpointing"
+        if not config.grpo.gradient_checkpointing
+        else "lower grpo.micro_batch_size or inference.*_max_new_tokens"
+    )
+    return f"{what} needs {phase.total:.1f} GiB on a {gpu_memory_gib:.1f} GiB GPU:\n{lines}\n{hint}"
+
+
+def machine_gpus() -> tuple[int, float]:
+    """(GPUs visible, GiB of the smallest) on this machine; (0, 0) without CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return 0, 0.0
+    n = torch.cuda.device_count()
+    return n, min(torch.cuda.get_device_properties(i).total_memory for i in range(n)) / GIB
+
+
+def format_plan(config: RunConfig, plan: Plan) -> str:
+    """The plan as the lines `populora plan` prints."""
+    vllm_where = ", ".join(f"cuda:{g}" for g in plan.vllm_gpus)
+    lines = [
+        f"{config.model.name} on {plan.gpus} GPU(s) of {plan.gpu_memory_gib:.1f} GiB",
+        f"  trainer: cuda:{plan.trainer_gpu}, micro-batch {plan.micro_batch} × {plan.max_model_len} tokens at most, "
+        f"activation checkpointing {'on' if plan.checkpointing else 'off'}",
+    ]
+    lines += [f"    {k}: {v:.2f} GiB" for k, v in plan.trainer.pieces.items()]
+    lines.append(
+        f"    peak: {plan.trainer.total:.1f} GiB (without checkpointing: {plan.trainer_without_checkpointing:.1f} GiB)"
+    )
+    lines.append(
+        f"  vLLM: {len(plan.vllm_gpus)} server(s) on {vllm_where}, "
+        f"--gpu-memory-utilization {plan.vllm_utilization:.2f}, --max-model-len {plan.max_model_len}"
+    )
+    lines += [f"    {k}: {v:.2f} GiB" for k, v in plan.vllm.pieces.items()]
+    lines.append(
+        f"    KV cache: {plan.kv_cache_gib:.1f} GiB per server (one longest request needs {plan.kv_min_gib:.2f}); "
+        f"{plan.concurrent_sequences} of the largest stage's {plan.stage_sequences} sequences at once"
+    )
+    return "\n".join(lines)
+
+
+def _physical(index: int) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` entry of this process's GPU ``index`` (Ray and users may
+    already have narrowed the visible GPUs: a child given "0" would see another one)."""
+    import os
+
+    visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    return visible[index] if index < len(visible) else str(index)
+
+
+def _plans_gpus(config: RunConfig) -> bool:
+    inf = config.inference
+    return inf.backend == "vllm" and inf.vllm_url is None and config.model.device.startswith("cuda")
+
+
+def machine_plan(config: RunConfig, shape: ModelShape | None = None) -> Plan | None:
+    """The plan of ``config`` on this machine's GPUs, or None where it starts no vLLM server on a
+    GPU (the CPU, the HF backend, a server at ``inference.vllm_url``); raises PlanError when
+    the GPUs cannot hold it."""
+    if not _plans_gpus(config):
+        return None
+    n, memory = machine_gpus()
+    if n == 0:
+        raise PlanError(f"model.device is {config.model.device!r} but torch sees no GPU on this machine")
+    return make_plan(config, n, memory, shape=shape)
+
+
+def vllm_settings(config: RunConfig, model_path: Path) -> dict:
+    """``VLLMBackend``'s placement arguments: ``max_model_len`` from ``lengths``, and on a GPU
+    the servers' GPUs and share from the plan on this machine."""
+    cfg = Path(model_path) / "config.json"
+    shape = ModelShape.from_config(json.loads(cfg.read_text())) if cfg.is_file() else model_shape(config.model.name)
+    out: dict = {"max_model_len": lengths(config, shape).max_model_len, "enforce_eager": config.inference.enforce_eager}
+    plan = machine_plan(config, shape)
+    if plan is not None:
+        out["gpus"] = [_physical(g) for g in plan.vllm_gpus]
+        out["gpu_memory_utilization"] = plan.vllm_utilization
+    return out
