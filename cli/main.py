@@ -58,19 +58,6 @@ def _add_run_parsers(sub) -> None:
     _add_cluster(train)
     _add_run_options(train)
     train.set_defaults(func=cmd_train)
-    plan = sub.add_parser(
-        "plan",
-        help="the GPU memory plan of a configuration",
-        description="What the trainer and vLLM need on each GPU, and where they go, computed from the config "
-        "and the model's shapes without loading anything; exit status 2 when it cannot fit.",
-    )
-    plan.add_argument("--preset", choices=list(PRESETS), help="named configuration (default paper-7b when no --config)")
-    plan.add_argument("--config", help="YAML run configuration (applied on top of --preset)")
-    _add_set(plan)
-    plan.add_argument("--gpus", type=int, help="GPUs of the node (default: this machine's)")
-    plan.add_argument("--gpu-memory", type=float, help="GiB of each GPU, as torch reports it (default: this machine's)")
-    plan.add_argument("--json", action="store_true", help="the plan as one JSON line")
-    plan.set_defaults(func=cmd_plan)
 
     resume = sub.add_parser(
         "resume",
@@ -105,6 +92,22 @@ def _add_run_parsers(sub) -> None:
     _add_set(replay)
     _add_run_options(replay)
     replay.set_defaults(func=cmd_replay)
+
+
+def _add_plan_parser(sub) -> None:
+    plan = sub.add_parser(
+        "plan",
+        help="the GPU memory plan of a configuration",
+        description="What the trainer and vLLM need on each GPU, and where they go, computed from the config "
+        "and the model's shapes without loading anything; exit status 2 when it cannot fit.",
+    )
+    plan.add_argument("--preset", choices=list(PRESETS), help="named configuration (default paper-7b when no --config)")
+    plan.add_argument("--config", help="YAML run configuration (applied on top of --preset)")
+    _add_set(plan)
+    plan.add_argument("--gpus", type=int, help="GPUs of the node (default: this machine's)")
+    plan.add_argument("--gpu-memory", type=float, help="GiB of each GPU, as torch reports it (default: this machine's)")
+    plan.add_argument("--json", action="store_true", help="the plan as one JSON line")
+    plan.set_defaults(func=cmd_plan)
 
 
 def _add_inspection_parsers(sub) -> None:
@@ -187,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_parsers(sub)
+    _add_plan_parser(sub)
     _add_inspection_parsers(sub)
     _add_prune_parser(sub)
     verify = sub.add_parser("verify", help="validate proposals and judge answers in the sandbox")

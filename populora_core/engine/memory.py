@@ -33,6 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from populora_core.config import ConfigError, RunConfig
+from populora_core.engine.shapes import KNOWN_SHAPES, ModelShape, lengths, model_shape
+
+__all__ = ["KNOWN_SHAPES", "ModelShape", "Plan", "PlanError", "lengths", "make_plan", "model_shape"]
 
 GIB = 2**30
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -43,206 +46,9 @@ VLLM_OVERHEAD_GIB = 3.0
 DEDICATED_UTILIZATION = 0.9
 """vLLM's ``--gpu-memory-utilization`` on a GPU it does not share."""
 
-KNOWN_SHAPES: dict[str, dict] = {
-    # config.json of models a planning machine may not hold (the architecture's fields)
-    "Qwen/Qwen2.5-Coder-7B": {
-        "hidden_size": 3584,
-        "intermediate_size": 18944,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 28,
-        "num_key_value_heads": 4,
-        "vocab_size": 152064,
-        "max_position_embeddings": 32768,
-        "tie_word_embeddings": False,
-    },
-    "Qwen/Qwen2.5-Coder-1.5B": {
-        "hidden_size": 1536,
-        "intermediate_size": 8960,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 12,
-        "num_key_value_heads": 2,
-        "vocab_size": 151936,
-        "max_position_embeddings": 32768,
-        "tie_word_embeddings": True,
-    },
-}
-KNOWN_SHAPES["Qwen/Qwen2.5-Coder-7B-Instruct"] = KNOWN_SHAPES["Qwen/Qwen2.5-Coder-7B"]
-KNOWN_SHAPES["Qwen/Qwen2.5-Coder-1.5B-Instruct"] = KNOWN_SHAPES["Qwen/Qwen2.5-Coder-1.5B"]
-
 
 class PlanError(ConfigError):
     """The configuration does not fit the GPUs; the message carries the plan's numbers."""
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The fields of a decoder-only transformer's config that memory depends on."""
-
-    hidden: int
-    intermediate: int
-    layers: int
-    heads: int
-    kv_heads: int
-    vocab: int
-    context: int
-    tied: bool
-
-    @classmethod
-    def from_config(cls, cfg: dict) -> ModelShape:
-        return cls(
-            hidden=cfg["hidden_size"],
-            intermediate=cfg["intermediate_size"],
-            layers=cfg["num_hidden_layers"],
-            heads=cfg["num_attention_heads"],
-            kv_heads=cfg.get("num_key_value_heads", cfg["num_attention_heads"]),
-            vocab=cfg["vocab_size"],
-            context=cfg.get("max_position_embeddings", 32768),
-            tied=bool(cfg.get("tie_word_embeddings", False)),
-        )
-
-    @property
-    def kv_dim(self) -> int:
-        return self.kv_heads * (self.hidden // self.heads)
-
-    def module_dims(self) -> dict[str, tuple[int, int]]:
-        """(in, out) of each linear module of one layer, by name."""
-        h, kv, i = self.hidden, self.kv_dim, self.intermediate
-        return {
-            "q_proj": (h, h),
-            "k_proj": (h, kv),
-            "v_proj": (h, kv),
-            "o_proj": (h, h),
-            "gate_proj": (h, i),
-            "up_proj": (h, i),
-            "down_proj": (i, h),
-        }
-
-    def parameters(self) -> int:
-        layer = sum(a * b for a, b in self.module_dims().values()) + self.hidden + 2 * self.kv_dim  # qkv biases
-        layer += 2 * self.hidden  # the two norms
-        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
-        return self.layers * layer + embeddings + self.hidden
-
-    def lora_parameters(self, rank: int, targets) -> int:
-        dims = self.module_dims()
-        return self.layers * sum(rank * (dims[t][0] + dims[t][1]) for t in targets if t in dims)
-
-    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        return 2 * self.layers * self.kv_dim * dtype_bytes
-
-    def saved_bytes_per_token(self, dtype_bytes: int, rank: int, targets, checkpointing: bool) -> float:
-        """Bytes autograd keeps per sequence position for the backward (no logits).
-        Per layer: 6·h + 2·kv + 4·intermediate + r per LoRA target elements (fitted on the
-        trainer's path); checkpointing keeps only each layer's input (and the embedding's)."""
-        if checkpointing:
-            return (self.layers + 1) * self.hidden * dtype_bytes
-        return self.layers * self.layer_bytes_per_token(dtype_bytes, rank, targets)
-
-    def layer_bytes_per_token(self, dtype_bytes: int, rank: int, targets) -> float:
-        n_targets = sum(1 for t in targets if t in self.module_dims())
-        return (6 * self.hidden + 2 * self.kv_dim + 4 * self.intermediate + n_targets * rank) * dtype_bytes
-
-
-def model_shape(name: str) -> ModelShape:
-    """The shape of ``model.name``: its ``config.json`` where this machine has it (a local
-    directory, an embedded model already fetched, the Hugging Face cache), else
-    ``KNOWN_SHAPES``; never downloads."""
-    cfg = _local_config(name)
-    if cfg is None:
-        cfg = KNOWN_SHAPES.get(name)
-    if cfg is None:
-        raise ConfigError(
-            f"no config.json for model {name!r} on this machine and no built-in shape for it: put the model in "
-            f"the Hugging Face cache (huggingface-cli download {name} config.json) to plan its memory"
-        )
-    return ModelShape.from_config(cfg)
-
-
-def _local_config(name: str) -> dict | None:
-    candidates: list[Path] = []
-    if name.startswith("embedded:"):
-        from populora_core.models import models_dir
-
-        candidates.append(models_dir() / name.removeprefix("embedded:") / "config.json")
-    elif Path(name).is_dir():
-        candidates.append(Path(name) / "config.json")
-    else:
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            hit = try_to_load_from_cache(name, "config.json")
-            if isinstance(hit, str):
-                candidates.append(Path(hit))
-        except Exception:  # noqa: BLE001 - a malformed id simply has no cached config
-            pass
-    for path in candidates:
-        if path.is_file():
-            return json.loads(path.read_text())
-    return None
-
-
-# lengths --------------------------------------------------------------------------
-CHAT_TEMPLATE_TOKENS = 64
-"""Tokens a chat template adds around the system and user messages (Qwen2.5: about 20)."""
-REFERENCE_FORMAT_TOKENS = 48
-"""Tokens a reference's rendering adds to the proposal text it came from (fences, tags, title)."""
-
-
-def _template_chars(config: RunConfig) -> tuple[int, int]:
-    """Characters of the longest teacher and student prompts with empty references and problem:
-    a token covers at least one character of ASCII text, so they bound the template's tokens."""
-    from populora_core.problems.prompts import student_prompt, teacher_prompt
-    from populora_core.problems.types import Problem
-
-    def chars(messages) -> int:
-        return sum(len(m["content"]) for m in messages) + CHAT_TEMPLATE_TOKENS
-
-    teacher = max(chars(teacher_prompt(t, [])) for t in config.problems.task_types)
-    student = max(chars(student_prompt(Problem(t, "", ("",), ("",)))) for t in config.problems.task_types)
-    return teacher, student
-
-
-@dataclass(frozen=True)
-class Lengths:
-    """Longest prompt and completion, in tokens, of each role; what vLLM must accept."""
-
-    teacher_prompt: int
-    teacher_completion: int
-    student_prompt: int
-    student_completion: int
-    context: int
-    max_model_len: int
-
-    @property
-    def longest_update_sequence(self) -> int:
-        return max(self.teacher_prompt + self.teacher_completion, self.student_prompt + self.student_completion)
-
-
-def lengths(config: RunConfig, shape: ModelShape) -> Lengths:
-    """Token bounds of the prompts the config can build. A teacher prompt holds K references,
-    each a proposal of at most ``teacher_max_new_tokens`` re-rendered; a student prompt one
-    proposal and the outputs it shows (``max_output_chars`` each, one for abduction, the shown
-    half for induction, counted as one: more is clipped at request time, see ``VLLMBackend``).
-    Raises ConfigError when the longest exceeds the model's context."""
-    inf = config.inference
-    teacher_t, student_t = _template_chars(config)
-    reference = inf.teacher_max_new_tokens + REFERENCE_FORMAT_TOKENS
-    teacher_prompt = teacher_t + config.budget.references * reference
-    student_prompt = student_t + reference + config.problems.max_output_chars
-    need = max(teacher_prompt + inf.teacher_max_new_tokens, student_prompt + inf.student_max_new_tokens)
-    need = 256 * math.ceil(need / 256)
-    if inf.max_model_len is not None:
-        need = inf.max_model_len
-    if need > shape.context:
-        raise ConfigError(
-            f"the longest request this config can build needs {need} tokens (teacher prompt ≤ {teacher_prompt} "
-            f"+ {inf.teacher_max_new_tokens} new, student prompt ≤ {student_prompt} + {inf.student_max_new_tokens} "
-            f"new) but {config.model.name} holds {shape.context}: lower budget.references, "
-            "inference.teacher_max_new_tokens or problems.max_output_chars"
-        )
-    return Lengths(
-        teacher_prompt, inf.teacher_max_new_tokens, student_prompt, inf.student_max_new_tokens, shape.context, need
-    )
 
 
 # the plan ---------------------------------------------------------------------------
@@ -317,43 +123,14 @@ def make_plan(config: RunConfig, gpus: int, gpu_memory_gib: float, *, shape: Mod
     seq = length.longest_update_sequence
     trainer = trainer_phase(config, shape, seq, checkpointing=checkpointing)
     without = trainer_phase(config, shape, seq, checkpointing=False).total
-    members = config.population.teachers + config.population.students
-    from populora_core.inference.vllm import vllm_rank
-
     vb = 2  # vLLM serves in bfloat16 on a GPU
-    vllm = Phase(
-        {
-            "base weights": shape.parameters() * vb / GIB,
-            "LoRA slots": (members + 2)
-            * shape.lora_parameters(vllm_rank(config.population.rank), config.population.target_modules)
-            * vb
-            / GIB,
-            "activations, CUDA graphs, sampler": VLLM_OVERHEAD_GIB,
-            "CUDA context": CONTEXT_GIB,
-        }
-    )
+    vllm = vllm_phase(config, shape)
     kv_token = shape.kv_bytes_per_token(vb) / GIB
     kv_min = length.max_model_len * kv_token
     trainer_gpu = _device_index(config.model.device)
     if trainer_gpu >= gpus:
         raise PlanError(f"model.device {config.model.device} names GPU {trainer_gpu}, but the plan has {gpus}")
-    if gpus >= 2:
-        vllm_gpus = [g for g in range(gpus) if g != trainer_gpu]
-        utilization = config.inference.gpu_memory_utilization or DEDICATED_UTILIZATION
-        if trainer.total > gpu_memory_gib:
-            raise PlanError(_no_fit("the trainer", trainer, gpu_memory_gib, config))
-    else:
-        vllm_gpus = [trainer_gpu]
-        free = gpu_memory_gib - trainer.total
-        if free <= 0:
-            raise PlanError(_no_fit("the trainer alone", trainer, gpu_memory_gib, config))
-        utilization = config.inference.gpu_memory_utilization or math.floor(100 * free / gpu_memory_gib) / 100
-        if utilization * gpu_memory_gib > free + 1e-9:
-            raise PlanError(
-                f"inference.gpu_memory_utilization {utilization:.2f} of {gpu_memory_gib:.1f} GiB leaves the trainer "
-                f"{gpu_memory_gib * (1 - utilization):.1f} GiB of the GPU they share; it needs {trainer.total:.1f} "
-                f"(leave the field empty: the plan gives vLLM {math.floor(100 * free / gpu_memory_gib) / 100:.2f})"
-            )
+    vllm_gpus, utilization = _share(config, trainer, trainer_gpu, gpus, gpu_memory_gib)
     kv = utilization * gpu_memory_gib - vllm.total
     if kv < kv_min:
         raise PlanError(
@@ -388,6 +165,45 @@ def make_plan(config: RunConfig, gpus: int, gpu_memory_gib: float, *, shape: Mod
         checkpointing=checkpointing,
         micro_batch=config.update_grpo.micro_batch_size,
     )
+
+
+def vllm_phase(config: RunConfig, shape: ModelShape) -> Phase:
+    """One vLLM server's memory before its KV cache."""
+    from populora_core.inference.vllm import vllm_rank
+
+    members = config.population.teachers + config.population.students
+    slots = (members + 2) * shape.lora_parameters(vllm_rank(config.population.rank), config.population.target_modules)
+    return Phase(
+        {
+            "base weights": shape.parameters() * 2 / GIB,  # bfloat16 on a GPU
+            "LoRA slots": slots * 2 / GIB,
+            "activations, CUDA graphs, sampler": VLLM_OVERHEAD_GIB,
+            "CUDA context": CONTEXT_GIB,
+        }
+    )
+
+
+def _share(config: RunConfig, trainer: Phase, trainer_gpu: int, gpus: int, gpu_memory_gib: float):
+    """(vLLM's GPUs, its --gpu-memory-utilization): the other GPUs at ``DEDICATED_UTILIZATION``,
+    or the trainer's GPU at the share its peak leaves."""
+    if gpus >= 2:
+        vllm_gpus = [g for g in range(gpus) if g != trainer_gpu]
+        utilization = config.inference.gpu_memory_utilization or DEDICATED_UTILIZATION
+        if trainer.total > gpu_memory_gib:
+            raise PlanError(_no_fit("the trainer", trainer, gpu_memory_gib, config))
+    else:
+        vllm_gpus = [trainer_gpu]
+        free = gpu_memory_gib - trainer.total
+        if free <= 0:
+            raise PlanError(_no_fit("the trainer alone", trainer, gpu_memory_gib, config))
+        utilization = config.inference.gpu_memory_utilization or math.floor(100 * free / gpu_memory_gib) / 100
+        if utilization * gpu_memory_gib > free + 1e-9:
+            raise PlanError(
+                f"inference.gpu_memory_utilization {utilization:.2f} of {gpu_memory_gib:.1f} GiB leaves the trainer "
+                f"{gpu_memory_gib * (1 - utilization):.1f} GiB of the GPU they share; it needs {trainer.total:.1f} "
+                f"(leave the field empty: the plan gives vLLM {math.floor(100 * free / gpu_memory_gib) / 100:.2f})"
+            )
+    return vllm_gpus, utilization
 
 
 def _device_index(device: str) -> int:

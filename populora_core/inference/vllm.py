@@ -269,11 +269,15 @@ class VLLMBackend:
             enforce_eager=build == "cpu" if enforce_eager is None else enforce_eager,
             extra_args=extra_args,
         )
+        self._start(argv, gpus, deadline, log_path)
+
+    def _start(self, argv: list[str], gpus: Sequence[str], deadline: float, log_path: Path | None) -> None:
+        """One server per entry of ``gpus`` (its CUDA_VISIBLE_DEVICES), or one as the environment is."""
         envs = [{"CUDA_VISIBLE_DEVICES": g} for g in gpus] or [{}]
         try:
             for i, env in enumerate(envs):
-                log = None if log_path is None else log_path.with_name(f"{log_path.stem}-{i}{log_path.suffix}")
-                self.servers.append(_Server.spawn(argv, env, log if len(envs) > 1 else log_path))
+                log = log_path if log_path is None or len(envs) == 1 else log_path.with_stem(f"{log_path.stem}-{i}")
+                self.servers.append(_Server.spawn(argv, env, log))
             for server in self.servers:
                 server.wait_healthy(deadline)
         except BaseException:

@@ -1,0 +1,181 @@
+"""The memory plan (populora_core/engine/memory.py): its activation figures against what autograd
+really keeps on the trainer's path, its length bounds against the real tokenizer, and its
+placement and refusals for paper-7b on one GPU and on eight."""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+
+import pytest
+import torch
+
+from populora_core.config import ConfigError, load_config
+from populora_core.engine import memory
+from populora_core.engine.memory import ModelShape, PlanError, lengths, make_plan
+from populora_core.training.rollouts import Rollout, whole_sequence_logprobs
+from populora_core.training.trainer import _checkpointing
+
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# not one of the shapes the per-token figures were fitted on (docs in engine/memory.py)
+UNSEEN = {
+    "hidden_size": 384,
+    "intermediate_size": 1000,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 6,
+    "num_key_value_heads": 2,
+    "vocab_size": 3000,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+}
+
+
+def _saved_bytes(model, rollouts, checkpointing: bool) -> int:
+    """Bytes of the distinct storages autograd keeps for the backward of the trainer's
+    log-prob pass, parameters left out."""
+    model.train()
+    _checkpointing(model, checkpointing)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in params:
+            seen[s.data_ptr()] = s.nbytes()
+        return t
+
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            whole_sequence_logprobs(model, rollouts, 0, 16)
+    finally:
+        if checkpointing:
+            getattr(model, "activation_checkpointing_disable", model.gradient_checkpointing_disable)()
+        model.eval()
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_saved_activations_match_autograd_on_an_unseen_shape(checkpointing):
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    base = Qwen2ForCausalLM(Qwen2Config(**UNSEEN))
+    rank = 8
+    model = get_peft_model(base, LoraConfig(r=rank, lora_alpha=16, target_modules=list(TARGETS), lora_dropout=0.0))
+    for name, p in model.named_parameters():
+        p.requires_grad_("lora_" in name)
+    shape = ModelShape.from_config(UNSEEN)
+    b, prompt, completion = 2, 96, 48
+    rollouts = [Rollout(list(range(2, 2 + prompt)), list(range(7, 7 + completion)), [-1.0] * completion, 1.0)] * b
+    measured = _saved_bytes(model, rollouts, checkpointing)
+    tokens = b * (prompt + completion)
+    predicted = tokens * shape.saved_bytes_per_token(4, rank, TARGETS, checkpointing)
+    predicted += b * completion * shape.vocab * 4  # float32 log-softmax chunks (the logits themselves here)
+    assert measured == pytest.approx(predicted, rel=0.05), (measured, predicted)
+    if checkpointing:  # and the figure is the one that shrinks: off, it is several times larger
+        assert shape.saved_bytes_per_token(4, rank, TARGETS, False) > 3 * shape.saved_bytes_per_token(
+            4, rank, TARGETS, True
+        )
+
+
+def test_prompt_bounds_hold_for_the_longest_prompts_the_real_tokenizer_builds():
+    """References of as many tokens as a teacher may write, a student problem with the longest
+    output shown: the real (Qwen2.5) tokenizer's counts stay under the plan's bounds."""
+    from transformers import AutoTokenizer
+
+    from populora_core.inference.base import GenerationRequest, encode_prompt
+    from populora_core.models import resolve_model
+    from populora_core.problems.prompts import student_prompt, teacher_prompt
+    from populora_core.problems.types import Problem
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("embedded:qwen2.5-coder-0.5b-instruct"))
+    config = load_config(preset="paper-7b")
+    shape = memory.KNOWN_SHAPES["Qwen/Qwen2.5-Coder-7B"]
+    bound = lengths(config, ModelShape.from_config(shape))
+    rng = random.Random(0)
+    cap = config.inference.teacher_max_new_tokens
+
+    def text_of(tokens: int) -> str:  # ASCII code-like text of about ``tokens`` tokens
+        words = []
+        while len(tokenizer(" ".join(words))["input_ids"]) < tokens:
+            words.append("".join(rng.choice(string.ascii_letters + "()[]=+:,.") for _ in range(rng.randint(1, 9))))
+        return " ".join(words)
+
+    program = text_of(cap - 40)
+    refs = [Problem("code_f", program, ("1", "2", "3", "4"), ("1", "2", "3", "4"), message="m")] * 3
+    teacher = encode_prompt(tokenizer, GenerationRequest(teacher_prompt("code_f", refs)))
+    assert len(teacher) <= bound.teacher_prompt
+    output = repr("x" * (config.problems.max_output_chars - 2))
+    student = encode_prompt(tokenizer, GenerationRequest(student_prompt(Problem("code_i", program, ("1",), (output,)))))
+    assert len(student) <= bound.student_prompt
+    assert bound.max_model_len >= max(len(teacher) + cap, len(student) + config.inference.student_max_new_tokens)
+
+
+def test_a_config_longer_than_the_model_context_is_refused_at_config_time():
+    config = load_config(preset="paper-7b", overrides=["budget.references=40"])
+    with pytest.raises(ConfigError, match=r"needs .* tokens .* holds 32768"):
+        lengths(config, memory.model_shape("Qwen/Qwen2.5-Coder-7B"))
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return load_config(preset="paper-7b")
+
+
+def test_paper_7b_on_one_gpu_shares_it_by_the_trainers_peak(paper):
+    for gib in (79.2, 139.8):
+        plan = make_plan(paper, 1, gib)
+        assert plan.vllm_gpus == [0] and plan.trainer_gpu == 0
+        used = plan.trainer.total + plan.vllm_utilization * gib
+        assert gib - 1 <= used <= gib  # the trainer's peak and vLLM's share fill the GPU, never more
+        assert plan.kv_cache_gib >= plan.kv_min_gib
+    assert make_plan(paper, 1, 139.8).concurrent_sequences > make_plan(paper, 1, 79.2).concurrent_sequences
+
+
+def test_paper_7b_on_eight_gpus_puts_vllm_on_the_other_seven(paper):
+    plan = make_plan(paper, 8, 79.2)
+    assert plan.trainer_gpu == 0 and plan.vllm_gpus == [1, 2, 3, 4, 5, 6, 7]
+    assert plan.vllm_utilization == memory.DEDICATED_UTILIZATION
+    moved = paper.model_copy(update={"model": paper.model.model_copy(update={"device": "cuda:3"})})
+    assert make_plan(moved, 8, 79.2).vllm_gpus == [0, 1, 2, 4, 5, 6, 7]
+
+
+def test_paper_7b_weights_are_its_parameter_count(paper):
+    shape = memory.model_shape("Qwen/Qwen2.5-Coder-7B")
+    assert shape.parameters() == pytest.approx(7.62e9, rel=0.01)  # the model card's 7.61B
+    assert shape.kv_bytes_per_token(2) == 2 * 28 * 4 * 128 * 2
+
+
+@pytest.mark.parametrize(
+    ("gpus", "gib", "overrides", "says"),
+    [
+        (1, 40.0, [], "the trainer alone needs 4\\d\\.\\d GiB on a 40.0 GiB GPU"),
+        (1, 50.0, [], "KV cache; one request of max_model_len"),
+        (1, 79.2, ["grpo.gradient_checkpointing=false"], "needs 2\\d\\d\\.\\d GiB .*gradient_checkpointing"),
+        (1, 79.2, ["inference.gpu_memory_utilization=0.9"], "leaves the trainer 7.9 GiB"),
+        (8, 24.0, [], "the trainer needs"),
+    ],
+)
+def test_configs_that_cannot_fit_are_refused_with_their_numbers(gpus, gib, overrides, says):
+    config = load_config(preset="paper-7b", overrides=overrides)
+    with pytest.raises(PlanError, match=f"(?s){says}"):
+        make_plan(config, gpus, gib)
+
+
+def test_vllm_settings_map_the_plan_onto_the_gpus_this_process_sees(paper, monkeypatch, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(memory.KNOWN_SHAPES["Qwen/Qwen2.5-Coder-7B"]))
+    monkeypatch.setattr(memory, "machine_gpus", lambda: (4, 79.2))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")  # e.g. Ray gave this process four GPUs
+    settings = memory.vllm_settings(paper, tmp_path)
+    assert settings["gpus"] == ["5", "6", "7"] and settings["gpu_memory_utilization"] == 0.9
+    assert settings["max_model_len"] == make_plan(paper, 4, 79.2).max_model_len
+    cpu = load_config(preset="cpu-small", overrides=["inference.backend=vllm"])
+    assert "gpus" not in memory.vllm_settings(cpu, tmp_path)  # no plan on the CPU
+
+
+def test_no_gpu_with_a_cuda_device_is_refused(paper, monkeypatch):
+    monkeypatch.setattr(memory, "machine_gpus", lambda: (0, 0.0))
+    with pytest.raises(PlanError, match="torch sees no GPU"):
+        memory.machine_plan(paper)
