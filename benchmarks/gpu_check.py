@@ -9,12 +9,20 @@ the project's own code on them:
    same rows, prompts and lengths, once with every row on one adapter and once with
    the rows spread over the 8 adapters; ``population_overhead`` is the ratio of the
    two times (the issue cites the paper's 1.31× at these shapes);
-2. one GRPO update (``training.trainer.Trainer``) of one adapter on 16 sequences of
-   256 prompt + 256 completion tokens: tokens per second, and how far the factors moved;
-3. peak memory of each phase (GPU memory on a GPU; the process's peak RSS on CPU).
+2. the probe's path: greedy answers of the base and the 8 adapters in one mixed batch,
+   and the share of answers that differ from the base's (the drift figure);
+3. GRPO updates (``training.trainer.Trainer``) of one adapter on 16 sequences of
+   256 prompt + 256 completion tokens, 8 completions per prompt as a student's group:
+   once without activation checkpointing, where each micro-batch's shared prompts run
+   once (``training.prefix``), once with it (whole sequences); tokens per second, how far
+   the factors moved (``delta_change``), peak memory beside the memory plan's prediction
+   (``engine.shapes.ModelShape.update_bytes``, what ``populora plan`` adds up);
+4. two evolution operators (SVD perturbation M1, SVD subspace mixing X3) on the 7B
+   factors on the device, and how far the children moved from their first parent;
+5. peak memory of each phase (GPU memory on a GPU; the process's peak RSS on CPU).
 
-It imports only torch, transformers, peft and the project's generation and update
-modules (a test checks this), and prints one final JSON line.
+It imports only torch, transformers, peft, pandas and the project's generation, update,
+evolution and shape modules (a test checks this), and prints one final JSON line.
 
     python benchmarks/gpu_check.py                 # 7B shapes, bf16, on cuda (minutes)
     python benchmarks/gpu_check.py --tiny          # a tiny model of the same family, on CPU
@@ -35,8 +43,10 @@ from types import SimpleNamespace
 
 import torch
 
-from populora_core.inference.base import GenerationRequest, SamplingParams
+from populora_core.engine.shapes import ModelShape
+from populora_core.inference.base import BASE, GenerationRequest, SamplingParams
 from populora_core.inference.hf import HFBackend
+from populora_core.population.evolution import apply_operator
 from populora_core.population.lora import LoraAdapter, LoraFactors, delta_change
 from populora_core.training.rollouts import Rollout
 from populora_core.training.trainer import Trainer
@@ -110,6 +120,12 @@ def peak_memory_gb(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB on Linux
 
 
+def reset_peak(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
 def sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -139,7 +155,8 @@ def generation(args, shape: dict, adapters: list[LoraAdapter], model) -> dict[st
     run(["m0"] * args.rows)  # warm-up
     one, tokens_one = run(["m0"] * args.rows)
     many, tokens_many = run([f"m{i % len(adapters)}" for i in range(args.rows)])
-    return {
+    out = probe(args, backend, prompts[: args.probe_items], len(adapters))
+    return out | {
         "gen_tokens_per_s_1_adapter": tokens_one / one,
         f"gen_tokens_per_s_{len(adapters)}_adapters": tokens_many / many,
         "population_overhead": many / one,
@@ -147,10 +164,43 @@ def generation(args, shape: dict, adapters: list[LoraAdapter], model) -> dict[st
     }
 
 
-def update(args, shape: dict, adapter: LoraAdapter, model) -> dict[str, float]:
-    """One GRPO update of ``adapter``: completion tokens per second and how far it moved."""
-    population = SimpleNamespace(rank=adapter.rank, alpha=adapter.alpha, target_modules=TARGETS)
-    trainer = Trainer(model, StandInTokenizer(shape["vocab_size"]), population)
+def probe(args, backend: HFBackend, prompts: list[str], adapters: int) -> dict[str, float]:
+    """The probe's greedy answers of the base and every adapter, in one mixed batch: seconds and
+    the share of adapter answers whose tokens differ from the base's."""
+    names = [BASE, *(f"m{i}" for i in range(adapters))]
+    requests = [GenerationRequest(p, adapter=n) for n in names for p in prompts]
+    params = SamplingParams(temperature=0.0, max_new_tokens=args.new_tokens, ignore_eos=True)
+    sync(args.device)
+    started = time.perf_counter()
+    out = [group[0].token_ids for group in backend.generate(requests, params)]
+    sync(args.device)
+    base = out[: len(prompts)]
+    changed = [a != base[i % len(prompts)] for i, a in enumerate(out[len(prompts) :])]
+    return {"probe_seconds": time.perf_counter() - started, "probe_changed_share": sum(changed) / len(changed)}
+
+
+def evolution(args, adapters: list[LoraAdapter]) -> dict[str, float]:
+    """M1 and X3 on the factors moved to the device: seconds and how far each child moved."""
+
+    def on_device(a: LoraAdapter) -> LoraAdapter:
+        return a.with_modules({n: LoraFactors(f.A.to(args.device), f.B.to(args.device)) for n, f in a})
+
+    parents = [on_device(a) for a in adapters[:2]]
+    out = {}
+    for name, chosen in (("M1", parents[:1]), ("X3", parents)):
+        sync(args.device)
+        started = time.perf_counter()
+        child, _ = apply_operator(name, chosen, torch.Generator().manual_seed(3))
+        sync(args.device)
+        out[f"evolve_{name}_seconds"] = time.perf_counter() - started
+        out[f"evolve_{name}_delta"] = delta_change(chosen[0], child)
+    return out
+
+
+def update(args, shape: dict, adapter: LoraAdapter, trainer: Trainer, checkpointing: bool) -> dict[str, float]:
+    """One GRPO update of ``adapter``: completion tokens per second, how far it moved, and its
+    peak memory beside the plan's prediction (``checkpointing`` off: shared prompts run once)."""
+    label = "update_checkpointed" if checkpointing else "update_shared_prompts"
     grpo = SimpleNamespace(  # the fields Trainer.update reads (a GRPOConfig where pydantic is installed)
         learning_rate=1e-5,
         weight_decay=0.0,
@@ -161,31 +211,38 @@ def update(args, shape: dict, adapter: LoraAdapter, model) -> dict[str, float]:
         minibatches=1,
         max_grad_norm=1.0,
         logprob_chunk=64,
-        gradient_checkpointing=args.checkpointing,
+        gradient_checkpointing=checkpointing,
     )
     gen = torch.Generator().manual_seed(2)
     vocab = shape["vocab_size"]
+    prompts = [torch.randint(2, vocab, (args.prompt,), generator=gen).tolist() for _ in range(args.sequences)]
     rollouts = [
         Rollout(
-            torch.randint(2, vocab, (args.prompt,), generator=gen).tolist(),
+            prompts[i // args.group],  # a student's group: G completions of one prompt
             torch.randint(2, vocab, (args.completion,), generator=gen).tolist(),
             [-math.log(vocab)] * args.completion,  # random weights: next-token probabilities near uniform
             float(torch.randn((), generator=gen)),
         )
-        for _ in range(args.sequences)
+        for i in range(args.sequences)
     ]
     trainer.update(adapter, rollouts[: args.micro_batch], grpo, None, seed=0)  # warm-up
     sync(args.device)
+    reset_peak(args.device)
     started = time.perf_counter()
     after, metrics, _ = trainer.update(adapter, rollouts, grpo, None, seed=0)
     sync(args.device)
     seconds = time.perf_counter() - started
+    wb = torch.finfo(next(trainer.model.parameters()).dtype).bits // 8
+    predicted = ModelShape.from_config(shape).update_bytes(
+        wb, adapter.rank, TARGETS, args.micro_batch, args.prompt + args.completion, args.completion, checkpointing
+    )
     return {
-        "update_seconds": seconds,
-        "update_tokens_per_s": args.sequences * (args.prompt + args.completion) / seconds,
-        "update_completion_tokens_per_s": metrics["charts/tokens_per_s"],
-        "update_delta": delta_change(adapter, after),
-        "update_peak_memory_gb": peak_memory_gb(args.device),
+        f"{label}_seconds": seconds,
+        f"{label}_tokens_per_s": args.sequences * (args.prompt + args.completion) / seconds,
+        f"{label}_completion_tokens_per_s": metrics["charts/tokens_per_s"],
+        f"{label}_delta": delta_change(adapter, after),
+        f"{label}_peak_memory_gb": peak_memory_gb(args.device),
+        f"{label}_plan_gb": sum(predicted.values()) / 1e9,
     }
 
 
@@ -201,10 +258,12 @@ def main(argv=None) -> None:
     ap.add_argument("--completion", type=int, default=256, help="completion tokens of an update's sequences")
     ap.add_argument("--sequences", type=int, default=16)
     ap.add_argument("--micro-batch", type=int, default=4)
-    ap.add_argument("--checkpointing", action="store_true", help="activation checkpointing in the update")
+    ap.add_argument("--group", type=int, default=8, help="completions per prompt in the update")
+    ap.add_argument("--probe-items", type=int, default=8, help="probe prompts answered by the base and each adapter")
     args = ap.parse_args(argv)
     if args.tiny:
         args.rows, args.prompt, args.new_tokens, args.completion, args.sequences, args.rank = 16, 24, 8, 8, 4, 4
+        args.group, args.probe_items = 2, 2
     args.device = args.device or ("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     shape = TINY if args.tiny else QWEN_CODER_7B
@@ -219,11 +278,15 @@ def main(argv=None) -> None:
     out.update(parameters=params, adapters=args.adapters, rank=args.rank, dtype=str(dtype).removeprefix("torch."))
     out.update(generation(args, shape, adapters, model))
     log(f"generation: {out['population_overhead']:.2f}x the time with {args.adapters} adapters against 1")
+    log(f"probe: {out['probe_changed_share']:.2f} of the adapters' greedy answers differ from the base's")
     del model
-    if args.device.startswith("cuda"):
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-    out.update(update(args, shape, adapters[0], build_model(shape, args.device, dtype)))
+    reset_peak(args.device)
+    out.update(evolution(args, adapters))
+    log(f"evolution: M1 moved {out['evolve_M1_delta']:.3g}, X3 {out['evolve_X3_delta']:.3g}")
+    population = SimpleNamespace(rank=args.rank, alpha=2.0 * args.rank, target_modules=TARGETS)
+    trainer = Trainer(build_model(shape, args.device, dtype), StandInTokenizer(shape["vocab_size"]), population)
+    for checkpointing in (False, True):
+        out.update(update(args, shape, adapters[0], trainer, checkpointing))
     out["seconds"] = time.perf_counter() - started
     print(json.dumps({k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in out.items()}))
 

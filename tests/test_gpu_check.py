@@ -13,6 +13,8 @@ import tomllib
 from importlib.metadata import PackageNotFoundError, packages_distributions, requires
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 ON_THE_GPU_MACHINE = ("torch", "transformers", "peft", "pandas", "pyarrow")
 
@@ -75,8 +77,14 @@ def test_gpu_check_runs_at_the_tiny_shape_and_imports_only_what_the_gpu_machine_
     assert figures["adapters"] == 8 and figures["device"] == "cpu"
     assert figures["gen_tokens_per_s_1_adapter"] > 0 and figures["gen_tokens_per_s_8_adapters"] > 0
     assert figures["population_overhead"] > 0
-    assert figures["update_delta"] > 0  # the update moved the adapter's factors
-    assert figures["update_tokens_per_s"] > 0 and figures["update_peak_memory_gb"] > 0
+    for path in ("update_shared_prompts", "update_checkpointed"):  # the prefix path and the whole-sequence one
+        assert figures[f"{path}_delta"] > 0  # the update moved the adapter's factors
+        assert figures[f"{path}_tokens_per_s"] > 0 and figures[f"{path}_peak_memory_gb"] > 0
+        assert figures[f"{path}_plan_gb"] > 0
+    # the same rollouts through both paths give the same gradient, so the same step
+    assert figures["update_shared_prompts_delta"] == pytest.approx(figures["update_checkpointed_delta"], rel=1e-3)
+    assert figures["evolve_M1_delta"] > 0 and figures["evolve_X3_delta"] > 0
+    assert 0 <= figures["probe_changed_share"] <= 1 and figures["probe_seconds"] > 0
     imported = {module: {_canonical(d) for d in distributions.get(module, [])} for module in json.loads(modules_line)}
     foreign = {module: dists for module, dists in imported.items() if dists & missing_there}
     assert not foreign, f"gpu_check imports packages a GPU machine lacks: {foreign}"

@@ -93,18 +93,7 @@ def trainer_phase(config: RunConfig, shape: ModelShape, length: int, *, checkpoi
     pop, grpo = config.population, config.update_grpo
     b = grpo.micro_batch_size
     completion = max(config.inference.teacher_max_new_tokens, config.inference.student_max_new_tokens)
-    tokens = b * length
-    saved = tokens * shape.saved_bytes_per_token(wb, pop.rank, pop.target_modules, checkpointing)
-    recompute = tokens * shape.layer_bytes_per_token(wb, pop.rank, pop.target_modules) if checkpointing else 0.0
-    # float32 log-softmax chunks kept for the backward, the model-dtype logits beside them, and their gradient
-    logits = b * completion * shape.vocab * (4 + 2 * wb)
-    pieces = {
-        "base weights": shape.parameters() * wb,
-        "LoRA slot, gradients, AdamW": shape.lora_parameters(pop.rank, pop.target_modules) * 16,
-        "saved activations": saved,
-        "recomputed layer": recompute,
-        "logits": logits,
-    }
+    pieces = shape.update_bytes(wb, pop.rank, pop.target_modules, b, length, completion, checkpointing)
     if grpo.kl_coef > 0:
         pieces["reference pass"] = b * completion * shape.vocab * (4 + wb)
     out = {k: v / GIB for k, v in pieces.items()}
@@ -271,11 +260,12 @@ def _plans_gpus(config: RunConfig) -> bool:
     return inf.backend == "vllm" and inf.vllm_url is None and config.model.device.startswith("cuda")
 
 
-def machine_plan(config: RunConfig, shape: ModelShape | None = None) -> Plan | None:
+def machine_plan(config: RunConfig, shape: ModelShape | None = None, *, here: bool = False) -> Plan | None:
     """The plan of ``config`` on this machine's GPUs, or None where it starts no vLLM server on a
-    GPU (the CPU, the HF backend, a server at ``inference.vllm_url``); raises PlanError when
-    the GPUs cannot hold it."""
-    if not _plans_gpus(config):
+    GPU (the CPU, the HF backend, a server at ``inference.vllm_url``) or, unless ``here`` (a Ray
+    inference actor planning its own GPUs), where the Ray engine starts them on other nodes;
+    raises PlanError when the GPUs cannot hold it."""
+    if not _plans_gpus(config) or (config.cluster.engine == "ray" and not here):
         return None
     n, memory = machine_gpus()
     if n == 0:
@@ -289,7 +279,7 @@ def vllm_settings(config: RunConfig, model_path: Path) -> dict:
     cfg = Path(model_path) / "config.json"
     shape = ModelShape.from_config(json.loads(cfg.read_text())) if cfg.is_file() else model_shape(config.model.name)
     out: dict = {"max_model_len": lengths(config, shape).max_model_len, "enforce_eager": config.inference.enforce_eager}
-    plan = machine_plan(config, shape)
+    plan = machine_plan(config, shape, here=True)
     if plan is not None:
         out["gpus"] = [_physical(g) for g in plan.vllm_gpus]
         out["gpu_memory_utilization"] = plan.vllm_utilization

@@ -7,8 +7,10 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from populora_core.config import ConfigError, RunConfig
+if TYPE_CHECKING:  # ModelShape needs neither: benchmarks/gpu_check.py runs where pydantic is absent
+    from populora_core.config import RunConfig
 
 KNOWN_SHAPES: dict[str, dict] = {
     # config.json of models a planning machine may not hold (the architecture's fields)
@@ -101,6 +103,30 @@ class ModelShape:
             return (self.layers + 1) * self.hidden * dtype_bytes
         return self.layers * self.layer_bytes_per_token(dtype_bytes, rank, targets)
 
+    def update_bytes(
+        self,
+        dtype_bytes: int,
+        rank: int,
+        targets,
+        micro_batch: int,
+        length: int,
+        completion: int,
+        checkpointing: bool,
+    ) -> dict[str, float]:
+        """Bytes by piece of one update's peak at ``micro_batch`` sequences of ``length`` tokens
+        (``completion`` of them completions), weights in ``dtype_bytes``: the trainer's path."""
+        tokens = micro_batch * length
+        saved = tokens * self.saved_bytes_per_token(dtype_bytes, rank, targets, checkpointing)
+        recompute = tokens * self.layer_bytes_per_token(dtype_bytes, rank, targets) if checkpointing else 0.0
+        return {
+            "base weights": self.parameters() * dtype_bytes,
+            "LoRA slot, gradients, AdamW": self.lora_parameters(rank, targets) * 16,  # float32: 4 + 4 + 8
+            "saved activations": saved,
+            "recomputed layer": recompute,
+            # float32 log-softmax chunks kept for the backward, the model-dtype logits, their gradient
+            "logits": micro_batch * completion * self.vocab * (4 + 2 * dtype_bytes),
+        }
+
     def layer_bytes_per_token(self, dtype_bytes: int, rank: int, targets) -> float:
         n_targets = sum(1 for t in targets if t in self.module_dims())
         return (6 * self.hidden + 2 * self.kv_dim + 4 * self.intermediate + n_targets * rank) * dtype_bytes
@@ -114,6 +140,8 @@ def model_shape(name: str) -> ModelShape:
     if cfg is None:
         cfg = KNOWN_SHAPES.get(name)
     if cfg is None:
+        from populora_core.config import ConfigError
+
         raise ConfigError(
             f"no config.json for model {name!r} on this machine and no built-in shape for it: put the model in "
             f"the Hugging Face cache (huggingface-cli download {name} config.json) to plan its memory"
@@ -197,6 +225,8 @@ def lengths(config: RunConfig, shape: ModelShape) -> Lengths:
     if inf.max_model_len is not None:
         need = inf.max_model_len
     if need > shape.context:
+        from populora_core.config import ConfigError
+
         raise ConfigError(
             f"the longest request this config can build needs {need} tokens (teacher prompt ≤ {teacher_prompt} "
             f"+ {inf.teacher_max_new_tokens} new, student prompt ≤ {student_prompt} + {inf.student_max_new_tokens} "

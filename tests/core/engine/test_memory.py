@@ -179,3 +179,42 @@ def test_no_gpu_with_a_cuda_device_is_refused(paper, monkeypatch):
     monkeypatch.setattr(memory, "machine_gpus", lambda: (0, 0.0))
     with pytest.raises(PlanError, match="torch sees no GPU"):
         memory.machine_plan(paper)
+
+
+def test_a_ray_run_is_planned_by_its_actors_not_by_a_driver_without_gpus(paper, monkeypatch):
+    monkeypatch.setattr(memory, "machine_gpus", lambda: (0, 0.0))
+    ray = load_config(
+        preset="paper-7b",
+        overrides=["cluster.engine=ray", "model.threads=4"]
+        + [f"cluster.{k}.num_gpus=0.5" for k in ("generation", "update")],
+    )
+    assert memory.machine_plan(ray) is None
+    with pytest.raises(PlanError, match="torch sees no GPU"):
+        memory.machine_plan(ray, here=True)
+
+
+def test_an_update_hands_cached_gpu_memory_back(monkeypatch):
+    """After an update the trainer empties torch's CUDA cache, so vLLM on the same GPU (or one
+    started after a resume) finds the memory free. No GPU here: torch.cuda is told one exists
+    and the call is recorded."""
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+    from gpu_check import TINY, StandInTokenizer, build_model, random_adapter
+
+    from populora_core.config import GRPOConfig
+    from populora_core.training.trainer import Trainer
+
+    model = build_model(TINY, "cpu", torch.float32)
+    adapter = random_adapter(model, 4, 8.0, torch.Generator().manual_seed(0))
+    trainer = Trainer(
+        model, StandInTokenizer(TINY["vocab_size"]), SimpleNamespace(rank=4, alpha=8.0, target_modules=TARGETS)
+    )
+    rollouts = [Rollout([3, 4, 5], [6, 7], [-6.0, -6.0], a) for a in (1.0, -1.0)]
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    trainer.update(adapter, rollouts, GRPOConfig(gradient_checkpointing=False), None, seed=0)
+    assert calls == ["empty_cache"]

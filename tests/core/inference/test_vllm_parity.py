@@ -75,7 +75,13 @@ def test_greedy_tokens_match_hf(setup):
     params = SamplingParams(temperature=0.0, max_new_tokens=12)
     expected = [c[0].token_ids for c in hf.generate(requests, params)]
     with VLLMBackend(
-        path, tokenizer, dtype="float32", max_loras=len(ids) + 1, max_lora_rank=8, max_model_len=1024
+        path,
+        tokenizer,
+        dtype="float32",
+        max_loras=len(ids) + 1,
+        max_lora_rank=8,
+        max_model_len=1024,
+        extra_args=["--enable-prefix-caching"],
     ) as vllm:
         for a in ids:
             vllm.load_adapter(a, root / a)
@@ -83,15 +89,25 @@ def test_greedy_tokens_match_hf(setup):
         assert_same_greedy(hf, requests, [c[0].token_ids for c in got], expected)
         for c in got:
             assert len(c[0].logprobs) == len(c[0].token_ids) and all(lp <= 0 for lp in c[0].logprobs)
-        # an adapter reloaded after an update is served with its new weights
+        # an adapter reloaded after an update is served with its new weights, under a new name, with
+        # prefix caching on: the prompt's blocks cached under the old weights are not reused
+        before = vllm.served[ids[0]]
         changed = create_population(
             PopulationConfig(teachers=1, students=1, rank=8, alpha=16, init_b_std=0.2),
             RatingConfig(),
             shapes,
             seed=9,
         )[1]
-        save_adapter(next(iter(changed.values())), root / "updated")
-        vllm.load_adapter(ids[0], root / "updated")
-        hf.load_adapter(ids[0], root / "updated")
+        save_adapter(next(iter(changed.values())), root / ids[0])  # the update writes over the same directory
+        vllm.load_adapter(ids[0], root / ids[0])
+        assert vllm.served[ids[0]] != before and vllm.served[ids[0]].startswith(ids[0])
+        hf.load_adapter(ids[0], root / ids[0])
+        new = hf.generate(requests[:1], params)[0][0].token_ids
+        assert new != expected[0], "the changed weights must change the greedy tokens, or the test shows nothing"
         again = vllm.generate(requests[:1], params)[0][0].token_ids
-        assert_same_greedy(hf, requests[:1], [again], [hf.generate(requests[:1], params)[0][0].token_ids])
+        assert_same_greedy(hf, requests[:1], [again], [new])
+        # a prompt longer than the server accepts is a cut-off answer, not a failed stage
+        too_long = GenerationRequest("x " * 1500, adapter=ids[1])
+        long_out, short_out = vllm.generate([too_long, requests[0]], params)
+        assert long_out[0].token_ids == [] and long_out[0].finish_reason == "length"
+        assert short_out[0].token_ids
