@@ -94,3 +94,18 @@ def test_the_generation_table_fits_80_columns_and_wide_shows_every_column():
         assert "38%" in text and "-0.12" in text and "434" in text
         assert ("resumed" in text) is wide and ("pair,propose" in text) is wide
     assert len(NARROW) <= 7
+
+
+def test_plan_prints_paper_7b_and_refuses_what_cannot_fit():
+    proc = run_cli("plan", "--preset", "paper-7b", "--gpus", "8", "--gpu-memory", "79.2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "7 server(s) on cuda:1, cuda:2" in proc.stdout and "--max-model-len" in proc.stdout
+    plan = json.loads(run_cli("plan", "--gpus", "1", "--gpu-memory", "139.8", "--json").stdout)
+    assert plan["vllm_gpus"] == [0] and 0 < plan["vllm_utilization"] < 1
+    proc = run_cli("plan", "--preset", "paper-7b", "--gpus", "1", "--gpu-memory", "40")
+    assert proc.returncode == 2 and "the trainer alone needs" in proc.stdout and "GiB" in proc.stdout
+    import torch
+
+    if not torch.cuda.is_available():
+        proc = run_cli("plan", "--preset", "paper-7b")  # no GPU here and none named
+        assert proc.returncode == 2 and "--gpus" in proc.stdout
