@@ -43,7 +43,7 @@ from types import SimpleNamespace
 
 import torch
 
-from populora_core.engine.shapes import ModelShape
+from populora_core.engine.shapes import KNOWN_SHAPES, ModelShape
 from populora_core.inference.base import BASE, GenerationRequest, SamplingParams
 from populora_core.inference.hf import HFBackend
 from populora_core.population.evolution import apply_operator
@@ -51,17 +51,10 @@ from populora_core.population.lora import LoraAdapter, LoraFactors, delta_change
 from populora_core.training.rollouts import Rollout
 from populora_core.training.trainer import Trainer
 
-QWEN_CODER_7B = {  # Qwen/Qwen2.5-Coder-7B's config.json (the architecture's fields)
-    "hidden_size": 3584,
-    "intermediate_size": 18944,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 28,
-    "num_key_value_heads": 4,
-    "vocab_size": 152064,
-    "max_position_embeddings": 32768,
+QWEN_CODER_7B = {  # Qwen/Qwen2.5-Coder-7B's config.json: the shapes the memory plan uses, and the rest
+    **KNOWN_SHAPES["Qwen/Qwen2.5-Coder-7B"],
     "rope_theta": 1000000.0,
     "rms_norm_eps": 1e-6,
-    "tie_word_embeddings": False,
     "hidden_act": "silu",
 }
 TINY = {**QWEN_CODER_7B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}

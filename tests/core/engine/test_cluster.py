@@ -206,7 +206,7 @@ def test_vllm_inference_actors_serve_the_adapters_and_stop_their_server(private_
         got = backend.generate(requests, params)
         assert_same_greedy(hf, requests, [c[0].token_ids for c in got], expected)
         actor = backend._actors[0]
-        pids = ray.get(actor.__ray_call__.remote(lambda self: (os.getpid(), self.runtime.backend.proc.pid)))
+        pids = ray.get(actor.__ray_call__.remote(lambda self: (os.getpid(), self.runtime.backend.servers[0].proc.pid)))
         server = _tree(pids[1])
         assert len(server) >= 2 and _alive(server)  # the API server and its engine process
         os.kill(pids[0], signal.SIGKILL)  # the actor crashes (Ray restarts it: no server until it is called)
