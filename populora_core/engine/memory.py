@@ -80,6 +80,7 @@ class Plan:
     concurrent_sequences: int
     stage_sequences: int
     max_model_len: int
+    update_sequence: int
     checkpointing: bool
     micro_batch: int
 
@@ -151,6 +152,7 @@ def make_plan(config: RunConfig, gpus: int, gpu_memory_gib: float, *, shape: Mod
         concurrent_sequences=min(concurrent, stage),
         stage_sequences=stage,
         max_model_len=length.max_model_len,
+        update_sequence=seq,
         checkpointing=checkpointing,
         micro_batch=config.update_grpo.micro_batch_size,
     )
@@ -227,7 +229,7 @@ def format_plan(config: RunConfig, plan: Plan) -> str:
     vllm_where = ", ".join(f"cuda:{g}" for g in plan.vllm_gpus)
     lines = [
         f"{config.model.name} on {plan.gpus} GPU(s) of {plan.gpu_memory_gib:.1f} GiB",
-        f"  trainer: cuda:{plan.trainer_gpu}, micro-batch {plan.micro_batch} × {plan.max_model_len} tokens at most, "
+        f"  trainer: cuda:{plan.trainer_gpu}, micro-batch {plan.micro_batch} × {plan.update_sequence} tokens at most, "
         f"activation checkpointing {'on' if plan.checkpointing else 'off'}",
     ]
     lines += [f"    {k}: {v:.2f} GiB" for k, v in plan.trainer.pieces.items()]
