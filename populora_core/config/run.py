@@ -38,6 +38,19 @@ class ModelConfig(_Frozen):
     """torch CPU threads; 0 keeps torch's default."""
 
 
+MANAGED_VLLM_ARGS = {
+    "--gpu-memory-utilization": "gpu_memory_utilization",
+    "--max-model-len": "max_model_len",
+    "--enforce-eager": "enforce_eager",
+    "--max-loras": None,
+    "--max-lora-rank": None,
+    "--dtype": None,
+    "--port": None,
+    "--served-model-name": None,
+}
+"""Server flags the project sets itself; in ``inference.vllm_args`` they would contradict the plan."""
+
+
 class InferenceConfig(_Frozen):
     """How completions are sampled."""
 
@@ -67,6 +80,19 @@ class InferenceConfig(_Frozen):
     """Token cap of one proposal."""
     student_max_new_tokens: int = Field(256, ge=8)
     """Token cap of one solution."""
+
+    @model_validator(mode="after")
+    def _no_managed_vllm_args(self) -> InferenceConfig:
+        for arg in self.vllm_args:
+            flag = arg.split("=", 1)[0]
+            if flag in MANAGED_VLLM_ARGS:
+                field = MANAGED_VLLM_ARGS[flag]
+                raise ValueError(
+                    f"inference.vllm_args sets {flag}, which the project sets from "
+                    + (f"inference.{field}" if field else "the config and the memory plan")
+                    + (f": use inference.{field} instead" if field else "")
+                )
+        return self
 
 
 class BudgetConfig(_Frozen):

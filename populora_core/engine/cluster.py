@@ -106,8 +106,10 @@ def _wanted(spec: ResourceSpec) -> dict[str, float]:
 
 
 def _local(config: RunConfig) -> RunConfig:
-    """The same settings on the local engine: what an actor or task runs inside its node."""
-    return config.model_copy(update={"cluster": ClusterConfig()})
+    """The same settings on the local engine: what an actor or task runs inside its node (the
+    generation and update resources kept: an inference actor plans its GPUs' share from them)."""
+    cluster = ClusterConfig(generation=config.cluster.generation, update=config.cluster.update)
+    return config.model_copy(update={"cluster": cluster})
 
 
 def _per_node(cls: type, config: RunConfig, key: str, *args: Any) -> list:
@@ -282,7 +284,12 @@ def _train_task(config_json: str, model_path: str, fn: Callable | None, job: Any
     """A Ray task: ``fn(trainer, job)`` with this worker's trainer (built once per worker);
     with no ``fn``, builds the trainer only and returns (node, process id) (``RayTrainer.prestart``)."""
     config = _local(RunConfig.model_validate_json(config_json))
-    trainer = get_runtime(config, Path(model_path)).trainer
+    runtime = get_runtime(config, Path(model_path))
+    if runtime._trainer is None:  # the first task of this worker: will the trainers Ray puts on this GPU fit?
+        from populora_core.engine.memory import check_ray_update
+
+        check_ray_update(config, Path(model_path))
+    trainer = runtime.trainer
     return fn(trainer, job) if fn is not None else (node_name(), os.getpid())
 
 

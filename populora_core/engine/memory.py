@@ -45,6 +45,10 @@ VLLM_OVERHEAD_GIB = 3.0
 """vLLM beyond weights, LoRA slots and KV cache: activations at its batch, CUDA graphs, sampler."""
 DEDICATED_UTILIZATION = 0.9
 """vLLM's ``--gpu-memory-utilization`` on a GPU it does not share."""
+SHARED_MARGIN_GIB = 2.0
+"""Left free on a GPU vLLM shares with a trainer, beyond both peaks: what the estimates may miss
+(fragmentation, NCCL or cuBLAS workspaces, a profiler), since neither process can give memory back
+to the other."""
 
 
 class PlanError(ConfigError):
@@ -88,9 +92,18 @@ class Plan:
         return asdict(self)
 
 
-def trainer_phase(config: RunConfig, shape: ModelShape, length: int, *, checkpointing: bool) -> Phase:
-    """The trainer's peak on its GPU: one update at ``grpo.micro_batch_size`` sequences of ``length``."""
-    wb = 4 if config.model.dtype == "float32" else 2  # auto: bfloat16 on a GPU of compute capability >= 8.0
+def weight_bytes(dtype: str) -> int:
+    """Bytes of a base weight in ``model.dtype`` on a GPU (``auto``: bfloat16, as ``resolve_dtype``
+    makes it on compute capability >= 8.0; ``machine_plan`` resolves it on the GPU at hand)."""
+    return DTYPE_BYTES.get(dtype, 2)
+
+
+def trainer_phase(
+    config: RunConfig, shape: ModelShape, length: int, *, checkpointing: bool, dtype: str | None = None
+) -> Phase:
+    """The trainer's peak on its GPU: one update at ``grpo.micro_batch_size`` sequences of ``length``
+    (weights in ``dtype``, default ``model.dtype``)."""
+    wb = weight_bytes(dtype or config.model.dtype)
     pop, grpo = config.population, config.update_grpo
     b = grpo.micro_batch_size
     completion = max(config.inference.teacher_max_new_tokens, config.inference.student_max_new_tokens)
@@ -102,39 +115,64 @@ def trainer_phase(config: RunConfig, shape: ModelShape, length: int, *, checkpoi
     return Phase(out)
 
 
-def make_plan(config: RunConfig, gpus: int, gpu_memory_gib: float, *, shape: ModelShape | None = None) -> Plan:
-    """The plan of ``config`` on ``gpus`` GPUs of ``gpu_memory_gib`` each; raises PlanError
-    when it cannot fit (the message has the numbers)."""
+def make_plan(
+    config: RunConfig,
+    gpus: int,
+    gpu_memory_gib: float,
+    *,
+    shape: ModelShape | None = None,
+    dtype: str | None = None,
+    trainers_beside: int | None = None,
+) -> Plan:
+    """The plan of ``config`` on ``gpus`` GPUs of ``gpu_memory_gib`` each, weights in ``dtype``
+    (default ``model.dtype``, ``auto`` read as bfloat16); raises PlanError when it cannot fit
+    (the message has the numbers).
+
+    ``trainers_beside`` None: the local engine's placement (vLLM on the GPUs other than the
+    trainer's, or beside it on one). A number: a Ray inference actor's, vLLM on all ``gpus``
+    with that many trainer peaks beside it on each (what Ray's fractional GPUs let land there)."""
     if gpus < 1:
         raise PlanError("a GPU plan needs at least one GPU")
     shape = shape or model_shape(config.model.name)
+    dtype = dtype or config.model.dtype
     length = lengths(config, shape)
     checkpointing = config.grpo.gradient_checkpointing
     seq = length.longest_update_sequence
-    trainer = trainer_phase(config, shape, seq, checkpointing=checkpointing)
-    without = trainer_phase(config, shape, seq, checkpointing=False).total
-    vb = 2  # vLLM serves in bfloat16 on a GPU
-    vllm = vllm_phase(config, shape)
-    kv_token = shape.kv_bytes_per_token(vb) / GIB
+    trainer = trainer_phase(config, shape, seq, checkpointing=checkpointing, dtype=dtype)
+    without = trainer_phase(config, shape, seq, checkpointing=False, dtype=dtype).total
+    vllm = vllm_phase(config, shape, dtype=dtype)
+    kv_token = shape.kv_bytes_per_token(weight_bytes(dtype)) / GIB  # the servers' dtype is the model's
     kv_min = length.max_model_len * kv_token
     trainer_gpu = _device_index(config.model.device)
     if trainer_gpu >= gpus:
         raise PlanError(f"model.device {config.model.device} names GPU {trainer_gpu}, but the plan has {gpus}")
-    vllm_gpus, utilization = _share(config, trainer, trainer_gpu, gpus, gpu_memory_gib)
+    if trainers_beside is None:
+        vllm_gpus, utilization = _share(config, trainer, trainer_gpu, gpus, gpu_memory_gib)
+        shared = gpus == 1
+    else:
+        vllm_gpus = list(range(gpus))
+        utilization = _utilization(config, trainer, trainers_beside, gpu_memory_gib)
+        shared = trainers_beside > 0
     kv = utilization * gpu_memory_gib - vllm.total
     if kv < kv_min:
         raise PlanError(
             f"vLLM on {gpu_memory_gib:.1f} GiB × {utilization:.2f} = {utilization * gpu_memory_gib:.1f} GiB holds "
             f"{vllm.total:.1f} GiB of weights, LoRA slots and overhead and {max(kv, 0):.1f} GiB of KV cache; one "
             f"request of max_model_len {length.max_model_len} needs {kv_min:.2f} GiB"
-            + ("" if gpus > 1 else f" (the trainer needs {trainer.total:.1f} GiB of the same GPU)")
-            + ": use a second GPU, or lower grpo.micro_batch_size"
-            + ("" if checkpointing else ", or turn on grpo.gradient_checkpointing")
+            + (f" (the trainer needs {trainer.total:.1f} GiB of the same GPU)" if shared else "")
+            + (
+                ": use a second GPU, or lower grpo.micro_batch_size"
+                + ("" if checkpointing else ", or turn on grpo.gradient_checkpointing")
+                if shared
+                else ": raise inference.gpu_memory_utilization, or lower inference.*_max_new_tokens"
+            )
         )
     budget = config.play_budget
+    pop = config.population
+    matches = pop.teachers * min(config.rating.students_per_teacher, pop.students)
     stage = max(
-        config.population.teachers * budget.proposals_per_teacher,
-        config.population.students * budget.problems_per_match * budget.samples_per_problem,
+        pop.teachers * budget.proposals_per_teacher,
+        matches * budget.problems_per_match * budget.samples_per_problem,
     )
     per_seq = max(length.teacher_prompt + length.teacher_completion, length.student_prompt + length.student_completion)
     concurrent = int(kv // (per_seq * kv_token)) * len(vllm_gpus)
@@ -158,16 +196,17 @@ def make_plan(config: RunConfig, gpus: int, gpu_memory_gib: float, *, shape: Mod
     )
 
 
-def vllm_phase(config: RunConfig, shape: ModelShape) -> Phase:
-    """One vLLM server's memory before its KV cache."""
-    from populora_core.inference.vllm import vllm_rank
+def vllm_phase(config: RunConfig, shape: ModelShape, *, dtype: str | None = None) -> Phase:
+    """One vLLM server's memory before its KV cache (weights in ``dtype``, default ``model.dtype``)."""
+    from populora_core.inference.vllm import lora_slots, vllm_rank
 
+    wb = weight_bytes(dtype or config.model.dtype)
     members = config.population.teachers + config.population.students
-    slots = (members + 2) * shape.lora_parameters(vllm_rank(config.population.rank), config.population.target_modules)
+    per_slot = shape.lora_parameters(vllm_rank(config.population.rank), config.population.target_modules)
     return Phase(
         {
-            "base weights": shape.parameters() * 2 / GIB,  # bfloat16 on a GPU
-            "LoRA slots": slots * 2 / GIB,
+            "base weights": shape.parameters() * wb / GIB,
+            "LoRA slots": lora_slots(members) * per_slot * wb / GIB,
             "activations, CUDA graphs, sampler": VLLM_OVERHEAD_GIB,
             "CUDA context": CONTEXT_GIB,
         }
@@ -184,17 +223,29 @@ def _share(config: RunConfig, trainer: Phase, trainer_gpu: int, gpus: int, gpu_m
             raise PlanError(_no_fit("the trainer", trainer, gpu_memory_gib, config))
     else:
         vllm_gpus = [trainer_gpu]
-        free = gpu_memory_gib - trainer.total
-        if free <= 0:
-            raise PlanError(_no_fit("the trainer alone", trainer, gpu_memory_gib, config))
-        utilization = config.inference.gpu_memory_utilization or math.floor(100 * free / gpu_memory_gib) / 100
-        if utilization * gpu_memory_gib > free + 1e-9:
-            raise PlanError(
-                f"inference.gpu_memory_utilization {utilization:.2f} of {gpu_memory_gib:.1f} GiB leaves the trainer "
-                f"{gpu_memory_gib * (1 - utilization):.1f} GiB of the GPU they share; it needs {trainer.total:.1f} "
-                f"(leave the field empty: the plan gives vLLM {math.floor(100 * free / gpu_memory_gib) / 100:.2f})"
-            )
+        utilization = _utilization(config, trainer, 1, gpu_memory_gib)
     return vllm_gpus, utilization
+
+
+def _utilization(config: RunConfig, trainer: Phase, trainers: int, gpu_memory_gib: float) -> float:
+    """vLLM's share of a GPU with ``trainers`` trainer peaks beside it: what they and
+    ``SHARED_MARGIN_GIB`` leave (``DEDICATED_UTILIZATION`` with none), or the config's, checked."""
+    if trainers == 0:
+        return config.inference.gpu_memory_utilization or DEDICATED_UTILIZATION
+    what = "the trainer alone" if trainers == 1 else f"{trainers} trainers alone"
+    free = gpu_memory_gib - trainers * trainer.total - SHARED_MARGIN_GIB
+    if free <= 0:
+        raise PlanError(_no_fit(what, trainer, gpu_memory_gib, config, copies=trainers, margin=SHARED_MARGIN_GIB))
+    planned = math.floor(100 * free / gpu_memory_gib) / 100
+    utilization = config.inference.gpu_memory_utilization or planned
+    if utilization > planned + 1e-9:
+        raise PlanError(
+            f"inference.gpu_memory_utilization {utilization:.2f} of {gpu_memory_gib:.1f} GiB leaves "
+            f"{gpu_memory_gib * (1 - utilization):.1f} GiB of the GPU they share to {trainers} trainer(s) of "
+            f"{trainer.total:.1f} GiB and a margin of {SHARED_MARGIN_GIB:.0f} (leave the field empty: the plan "
+            f"gives vLLM {planned:.2f})"
+        )
+    return utilization
 
 
 def _device_index(device: str) -> int:
@@ -204,14 +255,22 @@ def _device_index(device: str) -> int:
     return int(index) if index else 0
 
 
-def _no_fit(what: str, phase: Phase, gpu_memory_gib: float, config: RunConfig) -> str:
+def _no_fit(
+    what: str, phase: Phase, gpu_memory_gib: float, config: RunConfig, *, copies: int = 1, margin: float = 0.0
+) -> str:
     lines = "\n".join(f"  {k}: {v:.1f} GiB" for k, v in phase.pieces.items())
+    if copies > 1:
+        lines += f"\n  × {copies} trainers on one GPU (cluster.update.num_gpus lets Ray place them together)"
     hint = (
         "turn on grpo.gradient_checkpointing"
         if not config.grpo.gradient_checkpointing
         else "lower grpo.micro_batch_size or inference.*_max_new_tokens"
     )
-    return f"{what} needs {phase.total:.1f} GiB on a {gpu_memory_gib:.1f} GiB GPU:\n{lines}\n{hint}"
+    need = copies * phase.total + margin
+    if copies > 1:
+        hint += ", or raise cluster.update.num_gpus"
+    verb = "needs" if copies == 1 else "need"
+    return f"{what} {verb} {need:.1f} GiB on a {gpu_memory_gib:.1f} GiB GPU:\n{lines}\n{hint}"
 
 
 def machine_gpus() -> tuple[int, float]:
@@ -222,6 +281,14 @@ def machine_gpus() -> tuple[int, float]:
         return 0, 0.0
     n = torch.cuda.device_count()
     return n, min(torch.cuda.get_device_properties(i).total_memory for i in range(n)) / GIB
+
+
+def machine_dtype(config: RunConfig) -> str:
+    """``model.dtype`` as this machine's GPU makes it (``resolve_dtype``: float32 for ``auto`` on a
+    GPU older than compute capability 8.0); trainer and vLLM load the weights in it."""
+    from populora_core.models import resolve_dtype
+
+    return resolve_dtype(config.model.dtype, config.model.device)
 
 
 def format_plan(config: RunConfig, plan: Plan) -> str:
@@ -262,26 +329,65 @@ def _plans_gpus(config: RunConfig) -> bool:
     return inf.backend == "vllm" and inf.vllm_url is None and config.model.device.startswith("cuda")
 
 
-def machine_plan(config: RunConfig, shape: ModelShape | None = None, *, here: bool = False) -> Plan | None:
+def trainers_beside_actor(config: RunConfig) -> int:
+    """How many update tasks Ray's arithmetic lets onto a GPU an inference actor holds
+    ``cluster.generation.num_gpus`` of: none beside a whole GPU, else as many of
+    ``cluster.update.num_gpus`` as the rest holds."""
+    g, u = config.cluster.generation.num_gpus, config.cluster.update.num_gpus
+    return 0 if g >= 1 or u <= 0 else math.floor((1 - g) / u + 1e-9)
+
+
+def machine_plan(
+    config: RunConfig, shape: ModelShape | None = None, *, here: bool = False, ray_actor: bool = False
+) -> Plan | None:
     """The plan of ``config`` on this machine's GPUs, or None where it starts no vLLM server on a
     GPU (the CPU, the HF backend, a server at ``inference.vllm_url``) or, unless ``here`` (a Ray
-    inference actor planning its own GPUs), where the Ray engine starts them on other nodes;
-    raises PlanError when the GPUs cannot hold it."""
+    inference actor planning its own GPUs, ``ray_actor``), where the Ray engine starts them on
+    other nodes; raises PlanError when the GPUs cannot hold it."""
     if not _plans_gpus(config) or (config.cluster.engine == "ray" and not here):
         return None
     n, memory = machine_gpus()
     if n == 0:
         raise PlanError(f"model.device is {config.model.device!r} but torch sees no GPU on this machine")
-    return make_plan(config, n, memory, shape=shape)
+    dtype = machine_dtype(config)
+    beside = trainers_beside_actor(config) if ray_actor else None
+    return make_plan(config, n, memory, shape=shape, dtype=dtype, trainers_beside=beside)
 
 
-def vllm_settings(config: RunConfig, model_path: Path) -> dict:
-    """``VLLMBackend``'s placement arguments: ``max_model_len`` from ``lengths``, and on a GPU
-    the servers' GPUs and share from the plan on this machine."""
+def check_ray_update(config: RunConfig, model_path: Path) -> None:
+    """In a Ray update task on a GPU: refuses (PlanError) when the trainers Ray may place on this
+    GPU (``cluster.update.num_gpus`` fractions, beside an inference actor's share or not) exceed it."""
+    u = config.cluster.update.num_gpus
+    if not config.model.device.startswith("cuda") or u <= 0:
+        return
+    n, memory = machine_gpus()
+    if n == 0:
+        raise PlanError(f"an update task holds cluster.update.num_gpus {u} but torch sees no GPU there")
+    shape, dtype = shape_at(config, model_path), machine_dtype(config)
+    trainer = trainer_phase(
+        config, shape, lengths(config, shape).longest_update_sequence,
+        checkpointing=config.grpo.gradient_checkpointing, dtype=dtype,
+    )  # fmt: skip
+    alone = math.floor(1 / u + 1e-9) if u < 1 else 1
+    if alone * trainer.total > memory:
+        raise PlanError(_no_fit(f"{alone} update tasks on one GPU", trainer, memory, config, copies=alone))
+    if config.inference.backend == "vllm" and config.cluster.generation.num_gpus < 1:
+        _utilization(config, trainer, trainers_beside_actor(config), memory)  # raises when they do not fit
+
+
+def shape_at(config: RunConfig, model_path: Path) -> ModelShape:
+    """The shape of the model at ``model_path`` (its config.json), else of ``model.name``."""
     cfg = Path(model_path) / "config.json"
-    shape = ModelShape.from_config(json.loads(cfg.read_text())) if cfg.is_file() else model_shape(config.model.name)
+    return ModelShape.from_config(json.loads(cfg.read_text())) if cfg.is_file() else model_shape(config.model.name)
+
+
+def vllm_settings(config: RunConfig, model_path: Path, *, ray_actor: bool = False) -> dict:
+    """``VLLMBackend``'s placement arguments: ``max_model_len`` from ``lengths``, and on a GPU
+    the servers' GPUs and share from the plan on this machine (``ray_actor``: an inference
+    actor's, with the trainers Ray may place beside it)."""
+    shape = shape_at(config, model_path)
     out: dict = {"max_model_len": lengths(config, shape).max_model_len, "enforce_eager": config.inference.enforce_eager}
-    plan = machine_plan(config, shape, here=True)
+    plan = machine_plan(config, shape, here=True, ray_actor=ray_actor)
     if plan is not None:
         out["gpus"] = [_physical(g) for g in plan.vllm_gpus]
         out["gpu_memory_utilization"] = plan.vllm_utilization

@@ -48,18 +48,18 @@ class Runtime:
                 from transformers import AutoTokenizer
 
                 from populora_core.engine.memory import vllm_settings
-                from populora_core.inference.vllm import VLLMBackend
+                from populora_core.inference.vllm import VLLMBackend, in_ray_worker
 
                 members = self.config.population.teachers + self.config.population.students
                 self._backend = VLLMBackend(
                     self.model_path,
                     AutoTokenizer.from_pretrained(self.model_path),
                     url=inf.vllm_url,
-                    max_loras=members + 2,  # above the adapter count (at equal, a base row got an adapter's output)
+                    max_loras=members,
                     max_lora_rank=self.config.population.rank,
                     dtype=resolve_dtype(self.config.model.dtype, self.config.model.device),
                     extra_args=inf.vllm_args,
-                    **vllm_settings(self.config, self.model_path),
+                    **vllm_settings(self.config, self.model_path, ray_actor=in_ray_worker()),
                 )
             else:
                 from populora_core.inference.hf import HFBackend

@@ -19,6 +19,7 @@ token ids and their log-probabilities come back with ``logprobs`` and
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -43,6 +44,7 @@ from populora_core.inference.base import (
     encode_prompt,
 )
 
+log = logging.getLogger(__name__)
 SERVED_BASE = "base"
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 DEFAULT_VENV = Path(os.environ.get("POPULORA_VLLM_VENV") or Path(__file__).resolve().parents[2] / ".venv-vllm")
@@ -51,6 +53,14 @@ DEFAULT_VENV = Path(os.environ.get("POPULORA_VLLM_VENV") or Path(__file__).resol
 
 class VLLMUnavailable(RuntimeError):
     """The vLLM server cannot be started or reached; the message says what to do."""
+
+
+class VLLMRequestError(RuntimeError):
+    """A vLLM server answered an HTTP error (``status``; ``body``: its answer)."""
+
+    def __init__(self, message: str, status: int, body: str) -> None:
+        super().__init__(message)
+        self.status, self.body = status, body
 
 
 def _free_port() -> int:
@@ -65,7 +75,8 @@ def _post(url: str, body: dict, timeout: float) -> dict:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read().decode()
     except urllib.error.HTTPError as exc:
-        raise RuntimeError(f"vLLM {url} answered {exc.code}: {exc.read().decode()[:500]}") from None
+        text = exc.read().decode()
+        raise VLLMRequestError(f"vLLM {url} answered {exc.code}: {text[:500]}", exc.code, text) from None
     return json.loads(raw) if raw.strip().startswith(("{", "[")) else {"text": raw}
 
 
@@ -95,9 +106,16 @@ killed or crashed restarts with a new server, and the old one must not hold the 
 the parent's pid, so it works whichever thread started it."""
 
 
-def _in_ray_worker() -> bool:
+def in_ray_worker() -> bool:
     ray = sys.modules.get("ray")
     return ray is not None and ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
+
+
+def lora_slots(adapters: int) -> int:
+    """The ``--max-loras`` of a server holding ``adapters``: one above the adapters a batch can
+    mix (seen: at equal, a base row got an adapter's output), one for an adapter's old version
+    while its refresh loads (the memory plan counts the same)."""
+    return adapters + 2
 
 
 def vllm_rank(rank: int) -> int:
@@ -147,7 +165,7 @@ class _Server:
         # which Ray kills whole when the worker exits, however it exits. Elsewhere it gets its own
         # group (Ctrl-C in a terminal does not reach it) under a watchdog that stops the group when
         # this process is gone.
-        server.own_group = not _in_ray_worker()
+        server.own_group = not in_ray_worker()
         command = [argv[0], "-c", _WATCHDOG, str(os.getpid()), *argv] if server.own_group else argv
         server.proc = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=server.own_group
@@ -199,12 +217,11 @@ def server_argv(
     enforce_eager: bool,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
-    """The command line of one server (its port is added when it starts)."""
-    # keep max_loras above the adapters in any one batch (seen: at equal, a base row got an adapter's output)
+    """The command line of one server holding ``max_loras`` adapters (its port is added when it starts)."""
     argv = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model_path), "--served-model-name", SERVED_BASE, "--host", "127.0.0.1",
-        "--enable-lora", "--max-loras", str(max_loras + 1), "--max-lora-rank", str(vllm_rank(max_lora_rank)),
+        "--enable-lora", "--max-loras", str(lora_slots(max_loras)), "--max-lora-rank", str(vllm_rank(max_lora_rank)),
         "--dtype", dtype, "--max-model-len", str(max_model_len),
     ]  # fmt: skip
     if gpu_memory_utilization is not None:
@@ -212,6 +229,25 @@ def server_argv(
     if enforce_eager:
         argv.append("--enforce-eager")
     return [*argv, *extra_args]
+
+
+def _load(server: _Server, body: dict) -> None:
+    """Loads an adapter version on ``server``; one it already holds (a load retried after a
+    timeout, a server restarted with it) counts as loaded: the name is the content's."""
+    try:
+        _post(f"{server.url}/v1/load_lora_adapter", body, 300)
+    except VLLMRequestError as exc:
+        if not (exc.status == 400 and "already been loaded" in exc.body):
+            raise
+
+
+def _unload(server: _Server, name: str) -> None:
+    """Unloads an old version from ``server``; a failure leaves it loaded there (its name is
+    never asked for again, so nothing is served stale) and is logged, not raised."""
+    try:
+        _post(f"{server.url}/v1/unload_lora_adapter", {"lora_name": name}, 300)
+    except (VLLMRequestError, OSError) as exc:
+        log.warning("vLLM at %s kept %s loaded: %s", server.url, name, exc)
 
 
 class VLLMBackend:
@@ -312,21 +348,27 @@ class VLLMBackend:
         old = self.served.get(adapter_id)
         if old != name:
             body = {"lora_name": name, "lora_path": str(Path(path).resolve())}
-            for server in self.servers:
-                _post(f"{server.url}/v1/load_lora_adapter", body, 300)
+            loaded: list[_Server] = []
+            try:
+                for server in self.servers:
+                    _load(server, body)
+                    loaded.append(server)
+            except BaseException:  # every server serves the old version, or none the new one
+                for server in loaded:
+                    _unload(server, name)
+                raise
             self.served[adapter_id] = name
             if old is not None:
-                self._unload(old)
+                for server in self.servers:
+                    _unload(server, old)
         self.adapters.add(adapter_id)
 
     def remove_adapter(self, adapter_id: str) -> None:
         if adapter_id in self.adapters:
-            self._unload(self.served.pop(adapter_id))
+            name = self.served.pop(adapter_id)
+            for server in self.servers:
+                _unload(server, name)
             self.adapters.discard(adapter_id)
-
-    def _unload(self, name: str) -> None:
-        for server in self.servers:
-            _post(f"{server.url}/v1/unload_lora_adapter", {"lora_name": name}, 300)
 
     # generation ---------------------------------------------------------------
     def encode(self, request: GenerationRequest) -> list[int]:
