@@ -14,13 +14,19 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from populora_core.models import ModelUnavailable
     from populora_core.rundir.artifacts import ArtifactError
     from populora_core.rundir.lock import RunLockError
+    from populora_core.inference.vllm import VLLMUnavailable
     from populora_core.sandbox import SandboxUnavailable
 
-    return (ConfigError, ModelUnavailable, SandboxUnavailable, ArtifactError, RunLockError)
+    return (ConfigError, ModelUnavailable, SandboxUnavailable, VLLMUnavailable, ArtifactError, RunLockError)
 
 
 def error(console, message: object) -> int:
-    """Prints a user error in one line; the exit status of a command that could not start."""
+    """Prints a user error in one line; the exit status of a command that could not start. An
+    error raised in a Ray task or actor (Ray's wrapper, which carries the remote traceback)
+    is told by its cause."""
+    cause = getattr(message, "cause", None)
+    if isinstance(message, BaseException) and isinstance(cause, BaseException):
+        message = cause
     console.print(f"[red]error:[/red] {message}")
     return 2
 

@@ -9,16 +9,27 @@ from cli.common import error, generations_table, runs_dir, user_errors
 
 
 def run_training(
-    console, run, generations: int | None, recompute: list[str] | None = None, cluster: dict | None = None
+    console,
+    run,
+    generations: int | None,
+    recompute: list[str] | None = None,
+    cluster: dict | None = None,
+    *,
+    checked: bool = False,
 ) -> int:
     """Runs the train flow on ``run``, which takes the run's lock; a run another process
-    works on fails here first, in one line, before any flow starts."""
+    works on, or one whose memory plan does not fit (unless ``checked`` already), fails here
+    first, in one line, before any flow starts."""
     from flows.automations import heartbeats
     from flows.train import train_flow
 
     try:
         run.check_free()
-        check_fits(console, run.config())
+        if not checked:
+            config = run.config()
+            if cluster:  # resume's --cluster/--address: the placement this process will use
+                config = config.model_copy(update={"cluster": config.cluster.model_copy(update=cluster)})
+            check_fits(console, config)
         with heartbeats():
             console.print(f"run directory: [bold]{run.root}[/bold]")
             train_flow(
@@ -108,10 +119,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         overrides = [*args.set, *([f"generations={args.generations}"] if args.generations else [])]
         overrides += cluster_overrides(args)
         config = load_config(args.config, preset=preset, overrides=overrides)
+        check_fits(console, config)  # before a run directory exists for a config that cannot start
         run = create_run(runs_dir(args), config, run_id=args.run_id, preset=preset)
     except user_errors() as exc:
         return error(console, exc)
-    return run_training(console, run, args.generations)
+    return run_training(console, run, args.generations, checked=True)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:

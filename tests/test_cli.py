@@ -109,3 +109,14 @@ def test_plan_prints_paper_7b_and_refuses_what_cannot_fit():
     if not torch.cuda.is_available():
         proc = run_cli("plan", "--preset", "paper-7b")  # no GPU here and none named
         assert proc.returncode == 2 and "--gpus" in proc.stdout
+
+
+def test_a_gpu_run_that_cannot_start_here_is_refused_before_its_run_directory_exists(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        return  # the refusal needs a machine without a GPU
+    proc = run_cli("train", "--preset", "paper-7b", "--runs-dir", str(tmp_path), "--run-id", "x")
+    assert proc.returncode == 2 and "torch sees no GPU" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.stdout.count("\n") <= 2 and "Traceback" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "x").exists()

