@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import urllib.request
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import torch
 from populora_core.config import PopulationConfig, RatingConfig
 from populora_core.inference.base import BASE, GenerationRequest, SamplingParams
 from populora_core.inference.hf import HFBackend
-from populora_core.inference.vllm import DEFAULT_VENV, VLLMBackend
+from populora_core.inference.vllm import DEFAULT_VENV, VLLMBackend, _post
 from populora_core.models import load_model, resolve_model
 from populora_core.population.adapters import create_population, lora_shapes_from_model, save_adapter
 
@@ -20,6 +21,20 @@ PROMPTS = [
     [{"role": "user", "content": "Write a Python function f that reverses a list."}],
     [{"role": "user", "content": "What does sorted(set([3, 1, 3])) return?"}],
 ]
+
+BLOCK = 32
+"""The servers' KV block (the CPU build's default is 128): a cached prefix is whole blocks."""
+LONG = (
+    "Explain, step by step, what this Python program prints.\n\n```python\n"
+    + "\n".join(f"def f{i}(x):\n    return [v * {i} for v in x if v % {i + 2}]" for i in range(12))
+    + "\nprint(f3(list(range(20))))\n```"
+)
+
+
+def _cache_hits(backend: VLLMBackend) -> float:
+    """Prompt tokens the server's prefix cache served so far (its Prometheus counter)."""
+    text = urllib.request.urlopen(f"{backend.url}/metrics", timeout=30).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:prefix_cache_hits"))
 
 
 @pytest.fixture(scope="module")
@@ -81,16 +96,23 @@ def test_greedy_tokens_match_hf(setup):
         max_loras=len(ids) + 1,
         max_lora_rank=8,
         max_model_len=1024,
-        extra_args=["--enable-prefix-caching"],
+        extra_args=["--enable-prefix-caching", "--block-size", str(BLOCK)],
     ) as vllm:
         for a in ids:
             vllm.load_adapter(a, root / a)
         got = vllm.generate(requests, params)
+        hf_old_long = hf.generate([GenerationRequest([{"role": "user", "content": LONG}], adapter=ids[0])], params)
         assert_same_greedy(hf, requests, [c[0].token_ids for c in got], expected)
         for c in got:
             assert len(c[0].logprobs) == len(c[0].token_ids) and all(lp <= 0 for lp in c[0].logprobs)
         # an adapter reloaded after an update is served with its new weights, under a new name, with
         # prefix caching on: the prompt's blocks cached under the old weights are not reused
+        long = [GenerationRequest([{"role": "user", "content": LONG}], adapter=ids[0])]
+        assert len(hf.encode(long[0])) > 4 * BLOCK  # several full blocks to cache
+        vllm.generate(long, params)
+        hits = _cache_hits(vllm)
+        vllm.generate(long, params)
+        assert _cache_hits(vllm) - hits >= 4 * BLOCK, "the same adapter version must hit the cache it built"
         before = vllm.served[ids[0]]
         changed = create_population(
             PopulationConfig(teachers=1, students=1, rank=8, alpha=16, init_b_std=0.2),
@@ -102,10 +124,25 @@ def test_greedy_tokens_match_hf(setup):
         vllm.load_adapter(ids[0], root / ids[0])
         assert vllm.served[ids[0]] != before and vllm.served[ids[0]].startswith(ids[0])
         hf.load_adapter(ids[0], root / ids[0])
-        new = hf.generate(requests[:1], params)[0][0].token_ids
-        assert new != expected[0], "the changed weights must change the greedy tokens, or the test shows nothing"
-        again = vllm.generate(requests[:1], params)[0][0].token_ids
-        assert_same_greedy(hf, requests[:1], [again], [new])
+        new = hf.generate(long, params)[0][0].token_ids
+        old = [c[0].token_ids for c in hf_old_long]
+        assert new != old[0], "the changed weights must change the greedy tokens, or the test shows nothing"
+        hits = _cache_hits(vllm)
+        again = vllm.generate(long, params)[0][0].token_ids
+        assert _cache_hits(vllm) == hits, "a new version's prompt must not hit blocks cached under the old one"
+        assert_same_greedy(hf, long, [again], [new])
+        # what the names prevent: the old way, unload and load again under the same name from the same
+        # directory, and this vLLM serves the prompt from the blocks the old weights computed
+        name, path = vllm.served[ids[0]], str((root / ids[0]).resolve())
+        save_adapter(next(iter(create_population(
+            PopulationConfig(teachers=1, students=1, rank=8, alpha=16, init_b_std=0.2), RatingConfig(), shapes, seed=11
+        )[1].values())), root / ids[0])  # fmt: skip
+        server = vllm.servers[0]
+        _post(f"{server.url}/v1/unload_lora_adapter", {"lora_name": name}, 60)
+        _post(f"{server.url}/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, 60)
+        hits = _cache_hits(vllm)
+        vllm.generate(long, params)
+        assert _cache_hits(vllm) - hits >= 4 * BLOCK, "vLLM keys its cache on the adapter's name and path"
         # a prompt longer than the server accepts is a cut-off answer, not a failed stage
         too_long = GenerationRequest("x " * 1500, adapter=ids[1])
         long_out, short_out = vllm.generate([too_long, requests[0]], params)
