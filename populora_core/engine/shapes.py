@@ -175,6 +175,9 @@ def _local_config(name: str) -> dict | None:
 # lengths --------------------------------------------------------------------------
 CHAT_TEMPLATE_TOKENS = 64
 """Tokens a chat template adds around the system and user messages (Qwen2.5: about 20)."""
+EVALUATION_REQUEST_TOKENS = 3072
+"""The longest request of ``populora evaluate`` at its default caps (2048 new tokens for AIME,
+AMC and OlympiadBench, after a problem of up to ~1,000 tokens): the servers hold it too."""
 REFERENCE_FORMAT_TOKENS = 48
 """Tokens a reference's rendering adds to the proposal text it came from (fences, tags, title)."""
 
@@ -213,15 +216,17 @@ def lengths(config: RunConfig, shape: ModelShape) -> Lengths:
     """Token bounds of the prompts the config can build. A teacher prompt holds K references,
     each a proposal of at most ``teacher_max_new_tokens`` re-rendered; a student prompt one
     proposal and the outputs it shows (``max_output_chars`` each, one for abduction, the shown
-    half for induction, counted as one: more is clipped at request time, see ``VLLMBackend``).
-    Raises ConfigError when the longest exceeds the model's context."""
+    half for induction, counted as one: more is clipped at request time, see ``VLLMBackend``),
+    and at least an evaluation's request (``EVALUATION_REQUEST_TOKENS``). Raises ConfigError
+    when the longest exceeds the model's context."""
     inf = config.inference
     teacher_t, student_t = _template_chars(config)
     reference = inf.teacher_max_new_tokens + REFERENCE_FORMAT_TOKENS
     teacher_prompt = teacher_t + config.budget.references * reference
     student_prompt = student_t + reference + config.problems.max_output_chars
     need = max(teacher_prompt + inf.teacher_max_new_tokens, student_prompt + inf.student_max_new_tokens)
-    need = 256 * math.ceil(need / 256)
+    if need <= shape.context:  # rounded up, to the context at most; evaluation's requests fit too
+        need = min(max(256 * math.ceil(need / 256), EVALUATION_REQUEST_TOKENS), shape.context)
     if inf.max_model_len is not None:
         need = inf.max_model_len
     if need > shape.context:

@@ -277,6 +277,7 @@ class VLLMBackend:
         self.tokenizer = tokenizer
         self.request_timeout_s = request_timeout_s
         self.max_model_len = max_model_len
+        self._clipped = 0  # requests of the last generate() given less room than asked
         self.adapters: set[str] = set()
         self.served: dict[str, str] = {}  # adapter id -> the name its current version is served under
         self.servers: list[_Server] = []
@@ -378,7 +379,10 @@ class VLLMBackend:
         prompt = self.encode(request)
         room = self.max_model_len - len(prompt)
         if room < 1:  # longer than the servers accept: a cut-off answer (a format error), not a failed stage
+            self._clipped += 1
             return [Completion("", [], [], prompt, "length") for _ in range(request.n)]
+        if room < params.max_new_tokens:
+            self._clipped += 1
         body = {
             "model": SERVED_BASE if request.adapter == BASE else self.served[request.adapter],
             "prompt": prompt,
@@ -420,7 +424,14 @@ class VLLMBackend:
         check_loaded(requests, self.adapters)
         if not requests:
             return []
-        n = len(self.servers)
+        n, self._clipped = len(self.servers), 0
         with ThreadPoolExecutor(max_workers=min(64 * n, len(requests))) as pool:
             results = pool.map(lambda i: self._one(requests[i], params, self.servers[i % n]), range(len(requests)))
-            return list(tqdm(results, total=len(requests), desc=progress, disable=progress is None, leave=False))
+            out = list(tqdm(results, total=len(requests), desc=progress, disable=progress is None, leave=False))
+        if self._clipped:
+            log.warning(
+                "%d of %d requests had less room than %d new tokens under --max-model-len %d (cut short: "
+                "raise inference.max_model_len)", self._clipped, len(requests), params.max_new_tokens,
+                self.max_model_len,
+            )  # fmt: skip
+        return out

@@ -294,3 +294,17 @@ def test_server_flags_the_project_sets_are_refused_in_vllm_args():
         with pytest.raises(ConfigError, match=flag.split("=")[0]):
             load_config(preset="cpu-tiny", overrides=[f'inference.vllm_args=["{flag}", "1"]'])
     load_config(preset="cpu-tiny", overrides=['inference.vllm_args=["--max-num-seqs", "128"]'])
+
+
+def test_max_model_len_is_rounded_up_to_the_context_at_most_and_holds_an_evaluation():
+    from populora_core.engine.shapes import EVALUATION_REQUEST_TOKENS
+
+    shape = ModelShape.from_config({**UNSEEN, "max_position_embeddings": 32768})
+    tiny = load_config(preset="cpu-tiny")
+    assert lengths(tiny, shape).max_model_len == EVALUATION_REQUEST_TOKENS  # its own requests are shorter
+    paper = load_config(preset="paper-7b")
+    n = lengths(paper, shape)
+    raw = max(n.teacher_prompt + n.teacher_completion, n.student_prompt + n.student_completion)
+    assert raw < n.max_model_len and n.max_model_len % 256 == 0
+    snug = ModelShape.from_config({**UNSEEN, "max_position_embeddings": raw + 1})
+    assert lengths(paper, snug).max_model_len == raw + 1  # rounded up to the context, not past it

