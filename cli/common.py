@@ -11,10 +11,10 @@ from pathlib import Path
 
 def user_errors() -> tuple[type[BaseException], ...]:
     from populora_core.config import ConfigError
+    from populora_core.inference.vllm import VLLMUnavailable
     from populora_core.models import ModelUnavailable
     from populora_core.rundir.artifacts import ArtifactError
     from populora_core.rundir.lock import RunLockError
-    from populora_core.inference.vllm import VLLMUnavailable
     from populora_core.sandbox import SandboxUnavailable
 
     return (ConfigError, ModelUnavailable, SandboxUnavailable, VLLMUnavailable, ArtifactError, RunLockError)

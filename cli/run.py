@@ -60,7 +60,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from populora_core.config import load_config
-    from populora_core.engine.memory import format_plan, machine_gpus, make_plan
+    from populora_core.engine.memory import format_plan, machine_gpus, make_plan, trainers_beside_actor
 
     console = Console()
     try:
@@ -78,7 +78,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             return error(console, "give --gpu-memory GiB (what torch reports: an 80 GB card is 79.2 GiB)")
         if not config.model.device.startswith("cuda"):
             config = config.model_copy(update={"model": config.model.model_copy(update={"device": "cuda"})})
-        plan = make_plan(config, gpus, memory)
+        ray = config.cluster.engine == "ray"  # what each node's inference actor plans on its own GPUs
+        plan = make_plan(config, gpus, memory, trainers_beside=trainers_beside_actor(config) if ray else None)
     except user_errors() as exc:
         return error(console, exc)
     if args.json:

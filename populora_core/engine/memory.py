@@ -299,6 +299,19 @@ def format_plan(config: RunConfig, plan: Plan) -> str:
         f"  trainer: cuda:{plan.trainer_gpu}, micro-batch {plan.micro_batch} × {plan.update_sequence} tokens at most, "
         f"activation checkpointing {'on' if plan.checkpointing else 'off'}",
     ]
+    inf = config.inference
+    if inf.backend != "vllm":
+        lines.insert(
+            1, "  (inference.backend is hf: no vLLM server starts; its part below is for inference.backend: vllm)"
+        )
+    elif inf.vllm_url:
+        lines.insert(1, f"  (inference.vllm_url: the server at {inf.vllm_url} is yours; its part below is not started)")
+    if config.cluster.engine == "ray":
+        lines.insert(
+            1,
+            "  (cluster.engine ray: one node's GPUs as its inference actor plans them, "
+            f"{trainers_beside_actor(config)} update task(s) beside vLLM on each)",
+        )
     lines += [f"    {k}: {v:.2f} GiB" for k, v in plan.trainer.pieces.items()]
     lines.append(
         f"    peak: {plan.trainer.total:.1f} GiB (without checkpointing: {plan.trainer_without_checkpointing:.1f} GiB)"
