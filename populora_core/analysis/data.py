@@ -20,7 +20,7 @@ from populora_core.rundir.artifacts import ArtifactError
 from populora_core.rundir.run import RunDir
 from populora_core.stages.runner import check_intact
 
-GATHERED = ("problems", "verdicts", "rewards", "ratings", "lineage", "coverage", "proposals", "probes")
+GATHERED = ("problems", "verdicts", "rewards", "ratings", "lineage", "coverage", "proposals", "probes", "train_metrics")
 PROBE_COLUMNS = ["generation", "adapter_id", "role", "problem_id", "completion", "tokens", "status", "changed"]
 
 

@@ -172,6 +172,29 @@ def _evaluation_section(runs: Sequence[RunData]) -> list[str]:
     return []
 
 
+def agreement_lines(runs: Sequence[RunData]) -> list[str]:
+    """Per run, how far its sampler's log-probs were from the learner's over all its updates:
+    the mean (with a 95% interval over the updates) of each update's mean |Δ log π|, the largest
+    99th percentile and ratio, and the number of updates measured."""
+    lines = []
+    for data in runs:
+        train = data.frames.get("train_metrics")
+        if train is None or "sampler_gap_mean" not in train:
+            continue
+        m = train[train["updated"] & train["sampler_gap_mean"].notna()]
+        if m.empty:
+            continue
+        gap = m["sampler_gap_mean"].to_numpy(float)
+        half = 1.96 * gap.std(ddof=1) / len(gap) ** 0.5 if len(gap) > 1 else float("nan")
+        backend = data.run.config().inference.backend
+        lines.append(
+            f"- {data.label} ({backend}): mean |log π_sampler − log π_learner| {gap.mean():.4f} ± {half:.4f} "
+            f"over {len(gap)} updates; largest p99 {m['sampler_gap_p99'].max():.4f}, largest ratio "
+            f"{m['sampler_ratio_max'].max():.3f}"
+        )
+    return ["Sampler/learner agreement (first optimizer step of each update):", "", *lines, ""] if lines else []
+
+
 def summary_markdown(
     runs: Sequence[RunData], heads: Sequence[dict] | None = None, stats: Sequence[dict] | None = None
 ) -> str:
@@ -181,6 +204,7 @@ def summary_markdown(
     stats = stats if stats is not None else [run_statistics(d) for d in runs]
     lines = ["# PopuLoRA report", "", *_headline_table(heads), "", *_claims_section(stats, heads), ""]
     lines += _evaluation_section(runs)
+    lines += agreement_lines(runs)
     for data in runs:
         sentences = learning_sentences(data)
         if sentences:

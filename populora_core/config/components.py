@@ -291,4 +291,23 @@ class GRPOConfig(_Frozen):
     logprob_chunk: int = Field(64, ge=1)
     """Positions per chunk when turning logits into float32 log-probs (a
     full-vocabulary float32 copy is ~3 GB for a 16 × 300 batch)."""
+    old_logprobs: Literal["sampler", "learner"] = "sampler"
+    """π_old of the clipped ratio (training/grpo.py): `sampler`, the log-probs generation
+    returned; `learner`, the learner's own, recomputed before the first optimizer step (one
+    more forward pass without gradients; docs/models.md has its cost). With the HF backend
+    both are the same policy; vLLM samples with other kernels and precision."""
+    importance_cap: float | None = Field(None, ge=1)
+    """C of truncated importance sampling: each token's loss weighted by
+    min(π_learner / π_sampler, C), correcting the sampler/learner mismatch (needs
+    `old_logprobs: learner`); empty: no correction."""
     gradient_checkpointing: bool = True
+    """Recompute each layer's activations in the backward instead of keeping them (memory for time)."""
+
+    @model_validator(mode="after")
+    def _cap_corrects_the_learners_old(self) -> GRPOConfig:
+        if self.importance_cap is not None and self.old_logprobs != "learner":
+            raise ValueError(
+                "grpo.importance_cap weighs each token by π_learner / π_sampler, which needs the learner's "
+                "log-probs: set grpo.old_logprobs: learner (or leave importance_cap empty)"
+            )
+        return self

@@ -26,7 +26,16 @@ import pyarrow.parquet as pq
 from populora_core.metrics.complexity import METRIC_NAMES
 from populora_core.metrics.coverage import DESCRIPTOR_NAMES
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+ADDED_SINCE = {
+    3: {
+        "train_metrics": (
+            "sampler_gap_mean", "sampler_gap_p99", "sampler_ratio_std", "sampler_ratio_max", "truncated_frac",
+        ),
+    },
+}  # fmt: skip
+"""Columns each version added to an artifact. A file of an older version that lacks only
+these is read with them empty (NaN): runs made before keep resuming, replaying and reporting."""
 SUCCESS = "_SUCCESS"
 CONFIG_FILE = "config.yaml"
 RUN_FILE = "run.json"
@@ -128,6 +137,12 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("tokens", _F64),
             ("seconds", _F64),
             ("node", _STR),
+            # sampler/learner agreement over the first optimizer step's tokens (training/trainer.py)
+            ("sampler_gap_mean", _F64),
+            ("sampler_gap_p99", _F64),
+            ("sampler_ratio_std", _F64),
+            ("sampler_ratio_max", _F64),
+            ("truncated_frac", _F64),
         ]
     ),
     "matches": pa.schema(
@@ -342,16 +357,33 @@ def read_artifact(directory: Path, name: str) -> pd.DataFrame:
     path = artifact_path(directory, name)
     table = read_parquet(path)  # names a missing or damaged file
     versions = set(table.column("schema_version").to_pylist()) if table.num_rows else {SCHEMA_VERSION}
-    if versions != {SCHEMA_VERSION}:
+    if versions != {SCHEMA_VERSION} and not (len(versions) == 1 and _upgradable(name, min(versions), table)):
         raise ArtifactError(f"{path} has schema version {sorted(versions)}; this PopuLoRA reads {SCHEMA_VERSION}")
-    return table.to_pandas()
+    frame = table.to_pandas()
+    for column in _added(name, min(versions)):
+        if column not in frame.columns:
+            frame[column] = float("nan")
+    return frame
+
+
+def _added(name: str, version: int) -> list[str]:
+    """The columns of ``name`` added after ``version``."""
+    return [c for v, added in ADDED_SINCE.items() if v > version for c in added.get(name, ())]
+
+
+def _upgradable(name: str, version: int, table_or_schema) -> bool:
+    """A file of an older ``version`` whose columns are this version's less the ones added since."""
+    if version >= SCHEMA_VERSION or version < min(ADDED_SINCE) - 1:
+        return False
+    names = set(table_or_schema.schema.names if hasattr(table_or_schema, "schema") else table_or_schema.names)
+    return names | set(_added(name, version)) == set(full_schema(name).names)
 
 
 def schema_difference(path: Path) -> str | None:
     """What differs between the file at ``path`` and its artifact's schema; None if nothing."""
     name = Path(path).name.removesuffix(".parquet")
     got, want = pq.read_schema(path).remove_metadata(), full_schema(name)
-    if got.equals(want):
+    if got.equals(want) or _upgradable(name, SCHEMA_VERSION - 1, got):
         return None
     missing, extra = [f.name for f in want if f.name not in got.names], sorted(set(got.names) - set(want.names))
     typed = [f"{f.name} is {got.field(f.name).type}" for f in want if f.name in got.names and f not in list(got)]

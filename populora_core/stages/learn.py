@@ -204,6 +204,7 @@ def update(
             batch, rewards.loc[rewards["adapter_id"] == m.adapter_id, "reward"], config.update_grpo.enabled
         )
         row = dict.fromkeys(("loss", "clip_frac", "kl", "grad_norm", "tokens", "seconds", "delta_change"), 0.0)
+        row.update(dict.fromkeys(AGREEMENT.values(), float("nan")))
         row.update(adapter_id=m.adapter_id, samples=len(batch), updated=False, skip_reason=reason, steps=0, node="")
         if reason:  # unchanged: the snapshot's files, linked (links.link_dir_atomic), not copied
             link_dir_atomic(source, target, extra={"metrics.json": json.dumps(row)})
@@ -217,8 +218,19 @@ def update(
     return pd.DataFrame([rows[m.adapter_id] for m in members], columns=columns("train_metrics"))
 
 
+AGREEMENT = {
+    "agreement/logprob_gap_mean": "sampler_gap_mean",
+    "agreement/logprob_gap_p99": "sampler_gap_p99",
+    "agreement/ratio_std": "sampler_ratio_std",
+    "agreement/ratio_max": "sampler_ratio_max",
+    "agreement/truncated_frac": "truncated_frac",
+}
+"""The trainer's sampler/learner agreement metrics and their train_metrics columns (NaN when not measured)."""
+
+
 def _train_columns(metrics: dict[str, float]) -> dict:
     return {
+        **{column: metrics.get(key, float("nan")) for key, column in AGREEMENT.items()},
         "steps": int(metrics["charts/steps"]),
         "loss": metrics["losses/policy"],
         "clip_frac": metrics["losses/clip_frac"],

@@ -38,9 +38,15 @@ def generation_summary(run: RunDir, generation: int, records: Mapping[str, dict]
         "solve_rate_per_student": {k: float(v) for k, v in students.items()},
         "teacher_reward": {k: float(v) for k, v in teachers.items()},
         "updates": {
-            r.adapter_id: {"delta_change": float(r.delta_change), "skip_reason": r.skip_reason}
+            r.adapter_id: {
+                "delta_change": float(r.delta_change),
+                "skip_reason": r.skip_reason,
+                "sampler_gap_mean": float(r.sampler_gap_mean),
+                "sampler_gap_p99": float(r.sampler_gap_p99),
+            }
             for r in train_metrics.itertuples(index=False)
         },
+        **_agreement(train_metrics),
         "ratings": {
             r.adapter_id: {"mu": float(r.mu), "sigma": float(r.sigma), "conservative": float(r.conservative)}
             for r in ratings.itertuples(index=False)
@@ -58,6 +64,18 @@ def generation_summary(run: RunDir, generation: int, records: Mapping[str, dict]
         "stage_seconds": seconds,  # summed over every process that computed a stage
         "attempts": attempts,
         "resumed_stages": [s for s, r in records.items() if r["cached"]],
+    }
+
+
+def _agreement(train_metrics) -> dict:
+    """The sampler/learner gap over the generation's updates: the mean of the adapters' mean
+    |log π_sampler − log π_learner|, the largest 99th percentile (NaN when nothing was updated)."""
+    measured = train_metrics[train_metrics["updated"] & train_metrics["sampler_gap_mean"].notna()]
+    if measured.empty:
+        return {"sampler_gap_mean": float("nan"), "sampler_gap_p99": float("nan")}
+    return {
+        "sampler_gap_mean": float(measured["sampler_gap_mean"].mean()),
+        "sampler_gap_p99": float(measured["sampler_gap_p99"].max()),
     }
 
 

@@ -25,6 +25,16 @@ Loss, per completion token t of sequence i (PPO clipping, token-mean):
     L = −mean[min(ρ_it Â_i, clip(ρ_it, 1 − ε, 1 + ε) Â_i)] + β · mean[k3],
     k3 = exp(log π_ref − log π_θ) − (log π_ref − log π_θ) − 1   (Schulman's KL estimator).
 What is dropped from GRPO: no reference model unless β > 0.
+
+π_old (``grpo.old_logprobs``): the sampler's log-probs as generation returned them
+(``sampler``), or the learner's own before its first optimizer step (``learner``). The
+sampler (vLLM: other kernels, bf16, its own LoRA path) is not exactly the learner, so with
+``sampler`` ρ ≠ 1 before any step. With ``learner`` and ``grpo.importance_cap`` C, the
+sampler/learner mismatch is corrected by truncated importance sampling (F. Yao et al., "Your
+efficient RL framework secretly brings you off-policy RL training", 2025):
+    w_it = min(π_learner_old / π_sampler, C)   (no gradient),
+    L = −mean[w_it · min(ρ_it Â_i, clip(ρ_it, 1 − ε, 1 + ε) Â_i)] + β · mean[k3],
+with ρ_it = π_θ / π_learner_old.
 """
 
 from __future__ import annotations
@@ -144,11 +154,15 @@ def policy_loss(
     clip_eps: float = 0.2,
     logp_ref: torch.Tensor | None = None,  # (B, T) log π_ref, when kl_coef > 0
     kl_coef: float = 0.0,
+    weights: torch.Tensor | None = None,  # (B, T) truncated importance weights w_it, no gradient
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The clipped surrogate (module docstring); returns (loss, metrics)."""
+    """The clipped surrogate (module docstring), each token weighted by ``weights`` when
+    given; returns (loss, metrics)."""
     ratio = torch.exp(logp - logp_old)  # (B, T)
     adv = advantages[:, None]  # (B, 1)
     surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv)
+    if weights is not None:
+        surrogate = surrogate * weights.detach()
     n = mask.sum().clamp_min(1)
     loss = -(surrogate * mask).sum() / n
     metrics = {"clip_frac": float((((ratio - 1).abs() > clip_eps) * mask).sum() / n)}

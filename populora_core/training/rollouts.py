@@ -16,12 +16,34 @@ import torch
 
 @dataclass(frozen=True)
 class Rollout:
-    """One completion to learn from: token ids, generation-time log-probs, advantage."""
+    """One completion to learn from: token ids, π_old's log-probs (the sampler's, or the
+    learner's when ``grpo.old_logprobs: learner``), advantage, and the sampler's log-probs
+    when π_old is the learner's (truncated importance sampling weighs by their ratio)."""
 
     prompt_ids: Sequence[int]
     completion_ids: Sequence[int]
     old_logprobs: Sequence[float]
     advantage: float
+    sampler_logprobs: Sequence[float] | None = None
+
+
+def completion_values(
+    batch: Sequence[Rollout], values: Sequence[Sequence[float]], device, *, aligned_to_targets: bool
+) -> torch.Tensor:
+    """Per-token ``values`` of each rollout's completion as one float32 tensor in the layout
+    the log-prob functions return: aligned to targets from the batch's first completion
+    position (``whole_sequence_logprobs``) or left-aligned (``prefix.shared_prompt_logprobs``)."""
+    if aligned_to_targets:
+        width = max(len(r.prompt_ids) + len(r.completion_ids) for r in batch)
+        start = min(len(r.prompt_ids) for r in batch) - 1
+        rows = [
+            [0.0] * (len(r.prompt_ids) - 1) + [float(x) for x in v] + [0.0] * (width - len(r.prompt_ids) - len(v))
+            for r, v in zip(batch, values, strict=True)
+        ]
+        return torch.tensor(rows, dtype=torch.float32, device=device)[:, start:]
+    width = max(len(r.completion_ids) for r in batch)
+    rows = [[float(x) for x in v] + [0.0] * (width - len(v)) for v in values]
+    return torch.tensor(rows, dtype=torch.float32, device=device)
 
 
 def target_logprobs(logits: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:

@@ -8,6 +8,11 @@ the model returns logits for completion positions only (in its own dtype), and
 the float32 log-softmax over the vocabulary is taken a chunk of positions at a time. Optimizer state is
 returned (and stored beside the adapter by the caller) so training resumes
 exactly.
+
+Sampler/learner agreement: every update measures |log π_sampler − log π_learner| over the
+tokens of its first optimizer step (all of them with ``grpo.old_logprobs: learner``, which
+recomputes π_old before that step) and reports its mean, 99th percentile and the spread of
+the ratio π_learner / π_sampler (``agreement/*`` metrics; ``training/grpo.py`` has the loss).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import torch
@@ -23,7 +29,7 @@ from tqdm.auto import tqdm
 
 from populora_core.training.grpo import policy_loss
 from populora_core.training.prefix import shared_prompt_logprobs
-from populora_core.training.rollouts import Rollout, model_device, whole_sequence_logprobs
+from populora_core.training.rollouts import Rollout, completion_values, model_device, whole_sequence_logprobs
 
 if TYPE_CHECKING:  # the config (pydantic) only types: benchmarks/gpu_check.py runs without it
     from populora_core.config import GRPOConfig, PopulationConfig
@@ -39,31 +45,96 @@ def _by_prompt(chunk: Sequence[Rollout]) -> list[Rollout]:
     return sorted(chunk, key=lambda r: first[tuple(r.prompt_ids)])
 
 
+def _rows(values: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+    """Each sequence's completion-token entries of ``values`` (either log-prob layout), on the CPU."""
+    values, mask = values.detach().float().cpu(), mask.detach().cpu() > 0
+    return [values[i][mask[i]] for i in range(values.shape[0])]
+
+
+def _importance_weights(batch: Sequence[Rollout], old: torch.Tensor, cap: float, shared: bool) -> torch.Tensor:
+    """w = min(π_old / π_sampler, cap) per token, π_old the learner's (``old``)."""
+    sampler = completion_values(batch, [r.sampler_logprobs for r in batch], old.device, aligned_to_targets=not shared)
+    return torch.exp(old - sampler).clamp(max=cap)
+
+
 def _minibatch_step(
-    model, chunk: Sequence[Rollout], params, config: GRPOConfig, pad_id: int, autocast, sums, shared: bool
+    model,
+    chunk: Sequence[Rollout],
+    params,
+    config: GRPOConfig,
+    pad_id: int,
+    autocast,
+    sums,
+    shared: bool,
+    measured: list | None = None,
 ) -> float:
     """Gradients of one minibatch (token-mean over it, micro-batch by micro-batch); returns the
-    clipped norm. ``shared``: each distinct prompt of a micro-batch runs once (``prefix``)."""
+    clipped norm. ``shared``: each distinct prompt of a micro-batch runs once (``prefix``).
+    ``measured``: gets (learner's, π_old's) log-probs of each sequence, before this step."""
     chunk_tokens = sum(len(r.completion_ids) for r in chunk)
     logprobs = shared_prompt_logprobs if shared else whole_sequence_logprobs
     chunk = _by_prompt(chunk) if shared else chunk
+    cap = config.importance_cap
     for s in range(0, len(chunk), config.micro_batch_size):
         batch = chunk[s : s + config.micro_batch_size]
         adv = torch.tensor([r.advantage for r in batch], dtype=torch.float32, device=model_device(model))
         with autocast:
             logp, comp, old = logprobs(model, batch, pad_id, config.logprob_chunk)
+        if measured is not None:
+            measured += zip(_rows(logp, comp), _rows(old, comp), strict=True)
         ref = None
         if config.kl_coef > 0:
             no_adapter = model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
             with torch.no_grad(), no_adapter, autocast:
                 ref = logprobs(model, batch, pad_id, config.logprob_chunk)[0]
-        loss, metrics = policy_loss(logp, old, adv, comp, config.clip_eps, ref, config.kl_coef)
+        weights = _importance_weights(batch, old, cap, shared) if cap is not None else None
+        loss, metrics = policy_loss(logp, old, adv, comp, config.clip_eps, ref, config.kl_coef, weights)
         weight = comp.sum() / max(1, chunk_tokens)  # token-mean over the minibatch
         (loss * weight).backward()
         sums["loss"] += float(loss.detach()) * float(weight)
         sums["clip_frac"] += metrics["clip_frac"] * float(weight)
         sums["kl"] += metrics.get("kl", 0.0) * float(weight)
     return float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+
+
+def learner_logprobs(
+    model, rollouts: Sequence[Rollout], config: GRPOConfig, pad_id: int, autocast, shared: bool
+) -> list[list[float]]:
+    """log π of every rollout's completion tokens under the model as it is (no gradients),
+    micro-batch by micro-batch on the update's own path: π_old for ``grpo.old_logprobs: learner``."""
+    logprobs = shared_prompt_logprobs if shared else whole_sequence_logprobs
+    out: list[list[float]] = []
+    with torch.no_grad():
+        for s in range(0, len(rollouts), config.micro_batch_size):
+            batch = rollouts[s : s + config.micro_batch_size]
+            with autocast:
+                logp, comp, _ = logprobs(model, batch, pad_id, config.logprob_chunk)
+            out += [row.tolist() for row in _rows(logp, comp)]
+    return out
+
+
+def sampler_agreement(pairs: Sequence[tuple], cap: float | None = None) -> dict[str, float]:
+    """How far the sampler's log-probs are from the learner's, over every token of ``pairs``
+    ((learner's, sampler's) per sequence): the mean and 99th percentile of the absolute
+    difference, the spread (std) and maximum of the ratio π_learner / π_sampler, the tokens
+    counted, and with ``cap`` the share of tokens whose weight it truncates."""
+    if not pairs:
+        return {}
+    learner = torch.cat([torch.as_tensor(a, dtype=torch.float64) for a, _ in pairs])
+    sampler = torch.cat([torch.as_tensor(b, dtype=torch.float64) for _, b in pairs])
+    if learner.numel() == 0:
+        return {}
+    gap, ratio = (learner - sampler).abs(), torch.exp(learner - sampler)
+    out = {
+        "agreement/logprob_gap_mean": float(gap.mean()),
+        "agreement/logprob_gap_p99": float(torch.quantile(gap, 0.99)),
+        "agreement/ratio_std": float(ratio.std(unbiased=False)),
+        "agreement/ratio_max": float(ratio.max()),
+        "agreement/tokens": float(learner.numel()),
+    }
+    if cap is not None:
+        out["agreement/truncated_frac"] = float((ratio > cap).double().mean())
+    return out
 
 
 def trainable_parameters(model, adapter_id: str) -> list[torch.nn.Parameter]:
@@ -126,13 +197,28 @@ def update_adapter(
     if generator is not None:
         order = torch.randperm(len(rollouts), generator=generator, device="cpu").tolist()  # the generator's device
         rollouts = [rollouts[i] for i in order]
+    shared = not checkpointing
+    agreement: dict[str, float] = {}
+    if config.old_logprobs == "learner":  # π_old recomputed by the learner; the sampler's kept for w
+        learner = learner_logprobs(model, rollouts, config, pad_id, autocast, shared)
+        agreement = sampler_agreement(
+            list(zip(learner, [r.old_logprobs for r in rollouts], strict=True)), config.importance_cap
+        )
+        rollouts = [
+            replace(r, old_logprobs=lp, sampler_logprobs=r.old_logprobs)
+            for r, lp in zip(rollouts, learner, strict=True)
+        ]
     parts = min(config.minibatches, len(rollouts))
     bounds = [round(i * len(rollouts) / parts) for i in range(parts + 1)]
     for _ in range(config.epochs):
         for lo, hi in itertools.pairwise(bounds):
             optimizer.zero_grad(set_to_none=True)
             chunk = rollouts[lo:hi]
-            grad_norm = _minibatch_step(model, chunk, params, config, pad_id, autocast, sums, not checkpointing)
+            first = steps == 0 and config.old_logprobs == "sampler"
+            seen: list | None = [] if first else None
+            grad_norm = _minibatch_step(model, chunk, params, config, pad_id, autocast, sums, shared, seen)
+            if seen is not None:
+                agreement = sampler_agreement(seen, config.importance_cap)
             optimizer.step()
             steps += 1
     optimizer.zero_grad(set_to_none=True)
@@ -151,6 +237,7 @@ def update_adapter(
         "charts/tokens": float(total_tokens),
         "charts/seconds": seconds,
         "charts/tokens_per_s": total_tokens * config.epochs / seconds,
+        **agreement,
     }
     return metrics, to_cpu(optimizer.state_dict())
 

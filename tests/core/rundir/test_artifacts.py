@@ -70,6 +70,26 @@ def test_other_schema_version_is_refused_on_read(tmp_path):
         read_artifact(tmp_path, "ratings")
 
 
+def test_a_file_of_the_previous_version_is_read_with_the_columns_added_since_empty(tmp_path):
+    """Runs made before the sampler/learner columns (schema v2) still resume, replay and report."""
+    from populora_core.rundir.artifacts import ADDED_SINCE, columns, full_schema
+
+    added = ADDED_SINCE[SCHEMA_VERSION]["train_metrics"]
+    row = {c: 0.0 for c in columns("train_metrics")} | {"adapter_id": "s0", "samples": 4, "updated": True}
+    row |= {"skip_reason": "", "steps": 1, "node": ""}
+    old = pd.DataFrame([row]).drop(columns=list(added)).assign(run_id="r", generation=0, schema_version=2)
+    old = old.astype({"samples": "int32", "steps": "int32", "generation": "int32", "schema_version": "int16"})
+    names = [n for n in full_schema("train_metrics").names if n not in added]
+    old[names].to_parquet(tmp_path / "train_metrics.parquet", index=False)
+    assert schema_difference(tmp_path / "train_metrics.parquet") is None
+    frame = read_artifact(tmp_path, "train_metrics")
+    assert frame[list(added)].isna().all().all() and frame.loc[0, "adapter_id"] == "s0"
+    short = pd.DataFrame([row]).drop(columns=[*added, "kl"]).assign(run_id="r", generation=0, schema_version=2)
+    short.to_parquet(tmp_path / "train_metrics.parquet", index=False)
+    with pytest.raises(ArtifactError, match="schema version"):
+        read_artifact(tmp_path, "train_metrics")  # lacking more than what was added: not an old file
+
+
 def test_partial_files_are_found_and_removed(tmp_path):
     (tmp_path / "gen_0000").mkdir()
     (tmp_path / "gen_0000" / ".rollouts.parquet.tmp-1234").write_bytes(b"PAR1")

@@ -1,0 +1,121 @@
+"""Sampler/learner agreement and its correction (training/trainer.py, training/grpo.py): the
+metric is ~0 when the sampler is the learner, moves when the sampler is broken, and
+``grpo.old_logprobs: learner`` with ``grpo.importance_cap`` bounds what a broken sampler does."""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from populora_core.config import ConfigError, GRPOConfig, load_config
+from populora_core.training.grpo import policy_loss
+from populora_core.training.rollouts import Rollout, token_logprobs
+from populora_core.training.trainer import sampler_agreement, update_adapter
+from tests.helpers import TINY_QWEN2
+
+
+@pytest.fixture
+def model():
+    torch.manual_seed(0)
+    base = Qwen2ForCausalLM(Qwen2Config(**TINY_QWEN2))
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"], init_lora_weights="gaussian")
+    return get_peft_model(base, lora, adapter_name="alice").eval()
+
+
+def sampled(model) -> list[Rollout]:
+    """Rollouts whose log-probs the model itself computed (as the HF backend's are): two prompts,
+    three completions each, mixed advantages."""
+    gen = torch.Generator().manual_seed(1)
+    out = []
+    for prompt in ([1, 2, 3], [4, 5, 6, 7, 8]):
+        for k, adv in enumerate((1.0, -1.0, 0.5)):
+            completion = torch.randint(2, 60, (3 + k,), generator=gen).tolist()
+            ids = torch.tensor([prompt + completion])
+            with torch.no_grad():
+                lp = token_logprobs(model, ids, torch.ones_like(ids), chunk=4)[0, len(prompt) - 1 :].tolist()
+            out.append(Rollout(prompt, completion, lp, adv))
+    return out
+
+
+def broken(rollouts: list[Rollout], shift: float) -> list[Rollout]:
+    """A stand-in for a broken sampler (named as such): its log-probs moved by ``shift``."""
+    return [replace(r, old_logprobs=[x + shift for x in r.old_logprobs]) for r in rollouts]
+
+
+def cfg(**kw) -> GRPOConfig:
+    return GRPOConfig(learning_rate=1e-3, micro_batch_size=2, **kw)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["shared-prompt", "whole-sequence"])
+@pytest.mark.parametrize("old", ["sampler", "learner"])
+def test_the_sampler_is_the_learner_on_hf_so_the_gap_is_zero(model, checkpointing, old):
+    metrics, _ = update_adapter(
+        model, "alice", sampled(model), cfg(gradient_checkpointing=checkpointing, old_logprobs=old)
+    )
+    assert metrics["agreement/tokens"] == sum(3 + k for k in range(3)) * 2
+    assert metrics["agreement/logprob_gap_mean"] < 1e-5 and metrics["agreement/logprob_gap_p99"] < 1e-5
+    assert metrics["agreement/ratio_std"] < 1e-5
+
+
+def test_a_broken_sampler_moves_the_metric_and_the_cap_bounds_the_update(model):
+    clean, shift, cap = sampled(model), -3.0, 2.0  # the sampler thinks its tokens e^3 times less likely
+    runs = {}
+    for name, rollouts, config in [
+        ("clean", clean, cfg()),
+        ("broken", broken(clean, shift), cfg()),
+        ("corrected", broken(clean, shift), cfg(old_logprobs="learner", importance_cap=cap)),
+    ]:
+        m = copy.deepcopy(model)
+        runs[name] = update_adapter(m, "alice", rollouts, config)[0]
+    assert runs["clean"]["agreement/logprob_gap_mean"] < 1e-5
+    assert runs["broken"]["agreement/logprob_gap_mean"] == pytest.approx(3.0, abs=1e-4)
+    assert runs["broken"]["agreement/ratio_max"] == pytest.approx(math.exp(3.0), rel=1e-3)
+    # uncorrected, the clipped ratio is e^3 on every token: the negative-advantage tokens' gradient is
+    # multiplied by it, the positive ones' is clipped to zero
+    assert runs["broken"]["charts/grad_norm"] > 5 * runs["clean"]["charts/grad_norm"]
+    # corrected: ρ = π_θ / π_learner is 1 at the step, every weight is truncated to C, so the
+    # gradient is C times the clean one, exactly
+    assert runs["corrected"]["agreement/truncated_frac"] == 1.0
+    assert runs["corrected"]["charts/grad_norm"] == pytest.approx(cap * runs["clean"]["charts/grad_norm"], rel=1e-4)
+
+
+def test_the_weighted_loss_is_the_papers_formula():
+    logp = torch.tensor([[-1.0, -2.0, -0.5]])
+    old = torch.tensor([[-1.5, -1.0, -0.5]])
+    sampler = torch.tensor([[-1.2, -3.0, -0.1]])
+    adv, mask, eps, cap = torch.tensor([-1.0]), torch.tensor([[1.0, 1.0, 0.0]]), 0.2, 2.0
+    w = torch.exp(old - sampler).clamp(max=cap)
+    loss, _ = policy_loss(logp, old, adv, mask, eps, weights=w)
+    by_hand = 0.0
+    for t in range(2):  # the masked third token counts for nothing
+        rho = math.exp(float(logp[0, t] - old[0, t]))
+        a = float(adv[0])
+        by_hand += min(math.exp(float(old[0, t] - sampler[0, t])), cap) * min(
+            rho * a, min(max(rho, 1 - eps), 1 + eps) * a
+        )
+    assert float(loss) == pytest.approx(-by_hand / 2, rel=1e-6)
+    unweighted, _ = policy_loss(logp, old, adv, mask, eps)
+    assert float(policy_loss(logp, old, adv, mask, eps, weights=torch.ones_like(w))[0]) == pytest.approx(
+        float(unweighted)
+    )
+
+
+def test_agreement_figures_on_known_pairs():
+    pairs = [([0.0, -1.0], [0.0, -1.5]), ([-2.0], [-2.0])]
+    out = sampler_agreement(pairs, cap=1.5)
+    assert out["agreement/logprob_gap_mean"] == pytest.approx(0.5 / 3)
+    assert out["agreement/ratio_max"] == pytest.approx(math.exp(0.5))
+    assert out["agreement/truncated_frac"] == pytest.approx(1 / 3)  # e^0.5 = 1.65 > 1.5
+    assert out["agreement/tokens"] == 3 and sampler_agreement([]) == {}
+
+
+def test_a_cap_without_the_learners_old_logprobs_is_refused():
+    with pytest.raises(ConfigError, match="old_logprobs: learner"):
+        load_config(preset="cpu-tiny", overrides=["grpo.importance_cap=2"])
+    load_config(preset="cpu-tiny", overrides=["grpo.importance_cap=2", "grpo.old_logprobs=learner"])
