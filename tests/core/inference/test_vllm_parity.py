@@ -148,3 +148,47 @@ def test_greedy_tokens_match_hf(setup):
         long_out, short_out = vllm.generate([too_long, requests[0]], params)
         assert long_out[0].token_ids == [] and long_out[0].finish_reason == "length"
         assert short_out[0].token_ids
+
+
+def test_sampling_acts_as_configured_and_its_logprobs_are_the_learners(setup):
+    """Sampling through vLLM: a seed gives the same tokens twice, the n samples of one request
+    differ, top-k 1 is greedy; the log-probabilities it returns are the raw model's (what the
+    learner computes), within float32 kernels' differences of HF's on the same tokens."""
+    from populora_core.training.rollouts import token_logprobs
+
+    path, model, tokenizer, root, ids, _ = setup
+    hf = HFBackend(None, model=model, tokenizer=tokenizer, batch_size=8)
+    for a in ids:
+        hf.load_adapter(a, root / a)
+    with VLLMBackend(path, tokenizer, dtype="float32", max_loras=len(ids), max_lora_rank=8, max_model_len=1024) as vllm:
+        for a in ids:
+            vllm.load_adapter(a, root / a)
+        hot = SamplingParams(temperature=1.0, top_k=0, max_new_tokens=16)
+        request = GenerationRequest(PROMPTS[0], adapter=ids[0], n=4, seed=5)
+        first, again = vllm.generate([request], hot)[0], vllm.generate([request], hot)[0]
+        assert [c.token_ids for c in first] == [c.token_ids for c in again], "a seed gives its tokens again"
+        assert len({tuple(c.token_ids) for c in first}) > 1, "the n samples of one request differ"
+        other = vllm.generate([GenerationRequest(PROMPTS[0], adapter=ids[0], n=4, seed=6)], hot)[0]
+        assert [c.token_ids for c in other] != [c.token_ids for c in first]
+        greedy = vllm.generate([GenerationRequest(PROMPTS[1], adapter=ids[1])], SamplingParams(0.0, max_new_tokens=12))
+        top1 = vllm.generate(
+            [GenerationRequest(PROMPTS[1], adapter=ids[1], n=3, seed=1)],
+            SamplingParams(1.0, top_k=1, max_new_tokens=12),
+        )[0]
+        assert all(c.token_ids == greedy[0][0].token_ids for c in top1), "top-k 1 samples the greedy tokens"
+        # the returned log-probs, against HF's on the same tokens under the same adapter
+        gaps = []
+        for adapter, c in [*((ids[0], c) for c in first), *((ids[1], c) for c in top1)]:
+            hf.lora.route([adapter], next(hf.base.parameters()).dtype)
+            try:
+                seq = torch.tensor([c.prompt_token_ids + c.token_ids])
+                with torch.no_grad():
+                    lp = token_logprobs(hf.base, seq, torch.ones_like(seq), chunk=16)[0, len(c.prompt_token_ids) - 1 :]
+            finally:
+                hf.lora.route(None, next(hf.base.parameters()).dtype)
+            assert all(x < 0 for x in c.logprobs) and len(c.logprobs) == len(c.token_ids)  # raw, not top-k's 0
+            gaps += (lp - torch.tensor(c.logprobs)).abs().tolist()
+        print(
+            f"vLLM CPU fp32 vs HF: mean |Δ log π| {sum(gaps) / len(gaps):.2e}, max {max(gaps):.2e}, {len(gaps)} tokens"
+        )
+        assert max(gaps) < 0.02, "vLLM's log-probs are the raw model's, not the sampling distribution's"
