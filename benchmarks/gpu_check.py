@@ -198,6 +198,8 @@ def update(args, shape: dict, adapter: LoraAdapter, trainer: Trainer, checkpoint
         learning_rate=1e-5,
         weight_decay=0.0,
         clip_eps=0.2,
+        old_logprobs="sampler",
+        importance_cap=None,
         kl_coef=0.0,
         micro_batch_size=args.micro_batch,
         epochs=1,

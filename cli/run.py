@@ -45,7 +45,8 @@ def run_training(
 def check_fits(console, config) -> None:
     """Refuses, before any flow starts, a GPU run whose memory plan does not fit this machine's
     GPUs (PlanError, with the numbers); prints the plan of one that does."""
-    from populora_core.engine.memory import format_plan, machine_plan
+    from populora_core.engine.memory import format_plan
+    from populora_core.engine.placement import machine_plan
 
     plan = machine_plan(config)
     if plan is not None:
@@ -60,7 +61,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from populora_core.config import load_config
-    from populora_core.engine.memory import format_plan, machine_gpus, make_plan, trainers_beside_actor
+    from populora_core.engine.memory import format_plan, make_plan, trainers_beside_actor
+    from populora_core.engine.placement import machine_gpus
 
     console = Console()
     try:

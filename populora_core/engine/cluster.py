@@ -286,7 +286,7 @@ def _train_task(config_json: str, model_path: str, fn: Callable | None, job: Any
     config = _local(RunConfig.model_validate_json(config_json))
     runtime = get_runtime(config, Path(model_path))
     if runtime._trainer is None:  # the first task of this worker: will the trainers Ray puts on this GPU fit?
-        from populora_core.engine.memory import check_ray_update
+        from populora_core.engine.placement import check_ray_update
 
         check_ray_update(config, Path(model_path))
     trainer = runtime.trainer

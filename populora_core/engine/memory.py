@@ -27,10 +27,8 @@ fitted on small Qwen2 shapes and checked on another one by ``tests/core/engine/t
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from populora_core.config import ConfigError, RunConfig
 from populora_core.engine.shapes import KNOWN_SHAPES, ModelShape, lengths, model_shape
@@ -146,34 +144,13 @@ def make_plan(
     trainer_gpu = _device_index(config.model.device)
     if trainer_gpu >= gpus:
         raise PlanError(f"model.device {config.model.device} names GPU {trainer_gpu}, but the plan has {gpus}")
-    if trainers_beside is None:
-        vllm_gpus, utilization = _share(config, trainer, trainer_gpu, gpus, gpu_memory_gib)
-        shared = gpus == 1
-    else:
-        vllm_gpus = list(range(gpus))
-        utilization = _utilization(config, trainer, trainers_beside, gpu_memory_gib)
-        shared = trainers_beside > 0
+    vllm_gpus, utilization, shared = _place(config, trainer, trainer_gpu, gpus, gpu_memory_gib, trainers_beside)
     kv = utilization * gpu_memory_gib - vllm.total
     if kv < kv_min:
         raise PlanError(
-            f"vLLM on {gpu_memory_gib:.1f} GiB × {utilization:.2f} = {utilization * gpu_memory_gib:.1f} GiB holds "
-            f"{vllm.total:.1f} GiB of weights, LoRA slots and overhead and {max(kv, 0):.1f} GiB of KV cache; one "
-            f"request of max_model_len {length.max_model_len} needs {kv_min:.2f} GiB"
-            + (f" (the trainer needs {trainer.total:.1f} GiB of the same GPU)" if shared else "")
-            + (
-                ": use a second GPU, or lower grpo.micro_batch_size"
-                + ("" if checkpointing else ", or turn on grpo.gradient_checkpointing")
-                if shared
-                else ": raise inference.gpu_memory_utilization, or lower inference.*_max_new_tokens"
-            )
+            _kv_refusal(config, gpu_memory_gib, utilization, vllm, kv, kv_min, length.max_model_len, trainer, shared)
         )
-    budget = config.play_budget
-    pop = config.population
-    matches = pop.teachers * min(config.rating.students_per_teacher, pop.students)
-    stage = max(
-        pop.teachers * budget.proposals_per_teacher,
-        matches * budget.problems_per_match * budget.samples_per_problem,
-    )
+    stage = stage_sequences(config)
     per_seq = max(length.teacher_prompt + length.teacher_completion, length.student_prompt + length.student_completion)
     concurrent = int(kv // (per_seq * kv_token)) * len(vllm_gpus)
     return Plan(
@@ -196,6 +173,33 @@ def make_plan(
     )
 
 
+def stage_sequences(config: RunConfig) -> int:
+    """Sequences of a generation's largest generation stage (propose, or solve over the matches)."""
+    budget, pop = config.play_budget, config.population
+    matches = pop.teachers * min(config.rating.students_per_teacher, pop.students)
+    return max(
+        pop.teachers * budget.proposals_per_teacher,
+        matches * budget.problems_per_match * budget.samples_per_problem,
+    )
+
+
+def _kv_refusal(config, gpu_memory_gib, utilization, vllm: Phase, kv, kv_min, length, trainer, shared: bool) -> str:
+    """Why vLLM's share leaves no KV cache for one longest request, and what to change."""
+    checkpointing = config.grpo.gradient_checkpointing
+    return (
+        f"vLLM on {gpu_memory_gib:.1f} GiB × {utilization:.2f} = {utilization * gpu_memory_gib:.1f} GiB holds "
+        f"{vllm.total:.1f} GiB of weights, LoRA slots and overhead and {max(kv, 0):.1f} GiB of KV cache; one "
+        f"request of max_model_len {length} needs {kv_min:.2f} GiB"
+        + (f" (the trainer needs {trainer.total:.1f} GiB of the same GPU)" if shared else "")
+        + (
+            ": use a second GPU, or lower grpo.micro_batch_size"
+            + ("" if checkpointing else ", or turn on grpo.gradient_checkpointing")
+            if shared
+            else ": raise inference.gpu_memory_utilization, or lower inference.*_max_new_tokens"
+        )
+    )
+
+
 def vllm_phase(config: RunConfig, shape: ModelShape, *, dtype: str | None = None) -> Phase:
     """One vLLM server's memory before its KV cache (weights in ``dtype``, default ``model.dtype``)."""
     from populora_core.inference.vllm import lora_slots, vllm_rank
@@ -211,6 +215,14 @@ def vllm_phase(config: RunConfig, shape: ModelShape, *, dtype: str | None = None
             "CUDA context": CONTEXT_GIB,
         }
     )
+
+
+def _place(config: RunConfig, trainer: Phase, trainer_gpu: int, gpus: int, gpu_memory_gib: float, beside):
+    """(vLLM's GPUs, its share, whether a trainer shares its GPU): the local engine's placement
+    (``beside`` None) or a Ray inference actor's, on all its GPUs beside ``beside`` trainers."""
+    if beside is None:
+        return (*_share(config, trainer, trainer_gpu, gpus, gpu_memory_gib), gpus == 1)
+    return list(range(gpus)), _utilization(config, trainer, beside, gpu_memory_gib), beside > 0
 
 
 def _share(config: RunConfig, trainer: Phase, trainer_gpu: int, gpus: int, gpu_memory_gib: float):
@@ -273,22 +285,12 @@ def _no_fit(
     return f"{what} {verb} {need:.1f} GiB on a {gpu_memory_gib:.1f} GiB GPU:\n{lines}\n{hint}"
 
 
-def machine_gpus() -> tuple[int, float]:
-    """(GPUs visible, GiB of the smallest) on this machine; (0, 0) without CUDA."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return 0, 0.0
-    n = torch.cuda.device_count()
-    return n, min(torch.cuda.get_device_properties(i).total_memory for i in range(n)) / GIB
-
-
-def machine_dtype(config: RunConfig) -> str:
-    """``model.dtype`` as this machine's GPU makes it (``resolve_dtype``: float32 for ``auto`` on a
-    GPU older than compute capability 8.0); trainer and vLLM load the weights in it."""
-    from populora_core.models import resolve_dtype
-
-    return resolve_dtype(config.model.dtype, config.model.device)
+def trainers_beside_actor(config: RunConfig) -> int:
+    """How many update tasks Ray's arithmetic lets onto a GPU an inference actor holds
+    ``cluster.generation.num_gpus`` of: none beside a whole GPU, else as many of
+    ``cluster.update.num_gpus`` as the rest holds."""
+    g, u = config.cluster.generation.num_gpus, config.cluster.update.num_gpus
+    return 0 if g >= 1 or u <= 0 else math.floor((1 - g) / u + 1e-9)
 
 
 def format_plan(config: RunConfig, plan: Plan) -> str:
@@ -326,82 +328,3 @@ def format_plan(config: RunConfig, plan: Plan) -> str:
         f"{plan.concurrent_sequences} of the largest stage's {plan.stage_sequences} sequences at once"
     )
     return "\n".join(lines)
-
-
-def _physical(index: int) -> str:
-    """The ``CUDA_VISIBLE_DEVICES`` entry of this process's GPU ``index`` (Ray and users may
-    already have narrowed the visible GPUs: a child given "0" would see another one)."""
-    import os
-
-    visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-    return visible[index] if index < len(visible) else str(index)
-
-
-def _plans_gpus(config: RunConfig) -> bool:
-    inf = config.inference
-    return inf.backend == "vllm" and inf.vllm_url is None and config.model.device.startswith("cuda")
-
-
-def trainers_beside_actor(config: RunConfig) -> int:
-    """How many update tasks Ray's arithmetic lets onto a GPU an inference actor holds
-    ``cluster.generation.num_gpus`` of: none beside a whole GPU, else as many of
-    ``cluster.update.num_gpus`` as the rest holds."""
-    g, u = config.cluster.generation.num_gpus, config.cluster.update.num_gpus
-    return 0 if g >= 1 or u <= 0 else math.floor((1 - g) / u + 1e-9)
-
-
-def machine_plan(
-    config: RunConfig, shape: ModelShape | None = None, *, here: bool = False, ray_actor: bool = False
-) -> Plan | None:
-    """The plan of ``config`` on this machine's GPUs, or None where it starts no vLLM server on a
-    GPU (the CPU, the HF backend, a server at ``inference.vllm_url``) or, unless ``here`` (a Ray
-    inference actor planning its own GPUs, ``ray_actor``), where the Ray engine starts them on
-    other nodes; raises PlanError when the GPUs cannot hold it."""
-    if not _plans_gpus(config) or (config.cluster.engine == "ray" and not here):
-        return None
-    n, memory = machine_gpus()
-    if n == 0:
-        raise PlanError(f"model.device is {config.model.device!r} but torch sees no GPU on this machine")
-    dtype = machine_dtype(config)
-    beside = trainers_beside_actor(config) if ray_actor else None
-    return make_plan(config, n, memory, shape=shape, dtype=dtype, trainers_beside=beside)
-
-
-def check_ray_update(config: RunConfig, model_path: Path) -> None:
-    """In a Ray update task on a GPU: refuses (PlanError) when the trainers Ray may place on this
-    GPU (``cluster.update.num_gpus`` fractions, beside an inference actor's share or not) exceed it."""
-    u = config.cluster.update.num_gpus
-    if not config.model.device.startswith("cuda") or u <= 0:
-        return
-    n, memory = machine_gpus()
-    if n == 0:
-        raise PlanError(f"an update task holds cluster.update.num_gpus {u} but torch sees no GPU there")
-    shape, dtype = shape_at(config, model_path), machine_dtype(config)
-    trainer = trainer_phase(
-        config, shape, lengths(config, shape).longest_update_sequence,
-        checkpointing=config.grpo.gradient_checkpointing, dtype=dtype,
-    )  # fmt: skip
-    alone = math.floor(1 / u + 1e-9) if u < 1 else 1
-    if alone * trainer.total > memory:
-        raise PlanError(_no_fit(f"{alone} update tasks on one GPU", trainer, memory, config, copies=alone))
-    if config.inference.backend == "vllm" and config.cluster.generation.num_gpus < 1:
-        _utilization(config, trainer, trainers_beside_actor(config), memory)  # raises when they do not fit
-
-
-def shape_at(config: RunConfig, model_path: Path) -> ModelShape:
-    """The shape of the model at ``model_path`` (its config.json), else of ``model.name``."""
-    cfg = Path(model_path) / "config.json"
-    return ModelShape.from_config(json.loads(cfg.read_text())) if cfg.is_file() else model_shape(config.model.name)
-
-
-def vllm_settings(config: RunConfig, model_path: Path, *, ray_actor: bool = False) -> dict:
-    """``VLLMBackend``'s placement arguments: ``max_model_len`` from ``lengths``, and on a GPU
-    the servers' GPUs and share from the plan on this machine (``ray_actor``: an inference
-    actor's, with the trainers Ray may place beside it)."""
-    shape = shape_at(config, model_path)
-    out: dict = {"max_model_len": lengths(config, shape).max_model_len, "enforce_eager": config.inference.enforce_eager}
-    plan = machine_plan(config, shape, here=True, ray_actor=ray_actor)
-    if plan is not None:
-        out["gpus"] = [_physical(g) for g in plan.vllm_gpus]
-        out["gpu_memory_utilization"] = plan.vllm_utilization
-    return out

@@ -47,7 +47,7 @@ class Runtime:
             if inf.backend == "vllm":
                 from transformers import AutoTokenizer
 
-                from populora_core.engine.memory import vllm_settings
+                from populora_core.engine.placement import vllm_settings
                 from populora_core.inference.vllm import VLLMBackend, in_ray_worker
 
                 members = self.config.population.teachers + self.config.population.students

@@ -113,6 +113,17 @@ def learner_logprobs(
     return out
 
 
+def _with_learners_old(model, rollouts, config, pad_id, autocast, shared) -> tuple[list[Rollout], dict]:
+    """``rollouts`` with π_old recomputed by the learner (the sampler's kept for the importance
+    weights), and the agreement over all their tokens."""
+    learner = learner_logprobs(model, rollouts, config, pad_id, autocast, shared)
+    pairs = list(zip(learner, [r.old_logprobs for r in rollouts], strict=True))
+    rollouts = [
+        replace(r, old_logprobs=lp, sampler_logprobs=r.old_logprobs) for r, lp in zip(rollouts, learner, strict=True)
+    ]
+    return rollouts, sampler_agreement(pairs, config.importance_cap)
+
+
 def sampler_agreement(pairs: Sequence[tuple], cap: float | None = None) -> dict[str, float]:
     """How far the sampler's log-probs are from the learner's, over every token of ``pairs``
     ((learner's, sampler's) per sequence): the mean and 99th percentile of the absolute
@@ -192,22 +203,14 @@ def update_adapter(
     total_tokens = sum(len(r.completion_ids) for r in rollouts)
     autocast = _autocast(model)
     sums = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0}
-    steps = 0
-    grad_norm = 0.0
+    steps, grad_norm = 0, 0.0
     if generator is not None:
         order = torch.randperm(len(rollouts), generator=generator, device="cpu").tolist()  # the generator's device
         rollouts = [rollouts[i] for i in order]
     shared = not checkpointing
     agreement: dict[str, float] = {}
-    if config.old_logprobs == "learner":  # π_old recomputed by the learner; the sampler's kept for w
-        learner = learner_logprobs(model, rollouts, config, pad_id, autocast, shared)
-        agreement = sampler_agreement(
-            list(zip(learner, [r.old_logprobs for r in rollouts], strict=True)), config.importance_cap
-        )
-        rollouts = [
-            replace(r, old_logprobs=lp, sampler_logprobs=r.old_logprobs)
-            for r, lp in zip(rollouts, learner, strict=True)
-        ]
+    if config.old_logprobs == "learner":
+        rollouts, agreement = _with_learners_old(model, rollouts, config, pad_id, autocast, shared)
     parts = min(config.minibatches, len(rollouts))
     bounds = [round(i * len(rollouts) / parts) for i in range(parts + 1)]
     for _ in range(config.epochs):
@@ -222,11 +225,7 @@ def update_adapter(
             optimizer.step()
             steps += 1
     optimizer.zero_grad(set_to_none=True)
-    if checkpointing:
-        getattr(model, "activation_checkpointing_disable", model.gradient_checkpointing_disable)()
-    model.eval()
-    for p in params:
-        p.requires_grad_(False)
+    _back_to_eval(model, params, checkpointing)
     seconds = time.perf_counter() - started
     metrics = {
         "losses/policy": sums["loss"] / steps,
@@ -240,6 +239,15 @@ def update_adapter(
         **agreement,
     }
     return metrics, to_cpu(optimizer.state_dict())
+
+
+def _back_to_eval(model, params, checkpointing: bool) -> None:
+    """The model as generation and the next update expect it: eval mode, nothing trainable."""
+    if checkpointing:
+        getattr(model, "activation_checkpointing_disable", model.gradient_checkpointing_disable)()
+    model.eval()
+    for p in params:
+        p.requires_grad_(False)
 
 
 def to_cpu(value):

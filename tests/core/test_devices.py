@@ -84,6 +84,8 @@ def test_an_update_makes_its_tensors_on_the_model_device_and_returns_cpu_factors
         learning_rate=1e-3,
         weight_decay=0.0,
         clip_eps=0.2,
+        old_logprobs="sampler",
+        importance_cap=None,
         kl_coef=0.05,  # the reference pass (adapter disabled) too
         micro_batch_size=2,
         epochs=1,

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from populora_core.config import ConfigError, load_config
-from populora_core.engine import memory
+from populora_core.engine import memory, placement
 from populora_core.engine.memory import ModelShape, PlanError, lengths, make_plan
 from populora_core.training.rollouts import Rollout, whole_sequence_logprobs
 from populora_core.training.trainer import _checkpointing
@@ -166,32 +166,32 @@ def test_configs_that_cannot_fit_are_refused_with_their_numbers(gpus, gib, overr
 
 def test_vllm_settings_map_the_plan_onto_the_gpus_this_process_sees(paper, monkeypatch, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(memory.KNOWN_SHAPES["Qwen/Qwen2.5-Coder-7B"]))
-    monkeypatch.setattr(memory, "machine_gpus", lambda: (4, 79.2))
-    monkeypatch.setattr(memory, "machine_dtype", lambda config: "bfloat16")
+    monkeypatch.setattr(placement, "machine_gpus", lambda: (4, 79.2))
+    monkeypatch.setattr(placement, "machine_dtype", lambda config: "bfloat16")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")  # e.g. Ray gave this process four GPUs
-    settings = memory.vllm_settings(paper, tmp_path)
+    settings = placement.vllm_settings(paper, tmp_path)
     assert settings["gpus"] == ["5", "6", "7"] and settings["gpu_memory_utilization"] == 0.9
     assert settings["max_model_len"] == make_plan(paper, 4, 79.2).max_model_len
     cpu = load_config(preset="cpu-small", overrides=["inference.backend=vllm"])
-    assert "gpus" not in memory.vllm_settings(cpu, tmp_path)  # no plan on the CPU
+    assert "gpus" not in placement.vllm_settings(cpu, tmp_path)  # no plan on the CPU
 
 
 def test_no_gpu_with_a_cuda_device_is_refused(paper, monkeypatch):
-    monkeypatch.setattr(memory, "machine_gpus", lambda: (0, 0.0))
+    monkeypatch.setattr(placement, "machine_gpus", lambda: (0, 0.0))
     with pytest.raises(PlanError, match="torch sees no GPU"):
-        memory.machine_plan(paper)
+        placement.machine_plan(paper)
 
 
 def test_a_ray_run_is_planned_by_its_actors_not_by_a_driver_without_gpus(paper, monkeypatch):
-    monkeypatch.setattr(memory, "machine_gpus", lambda: (0, 0.0))
+    monkeypatch.setattr(placement, "machine_gpus", lambda: (0, 0.0))
     ray = load_config(
         preset="paper-7b",
         overrides=["cluster.engine=ray", "model.threads=4"]
         + [f"cluster.{k}.num_gpus=0.5" for k in ("generation", "update")],
     )
-    assert memory.machine_plan(ray) is None
+    assert placement.machine_plan(ray) is None
     with pytest.raises(PlanError, match="torch sees no GPU"):
-        memory.machine_plan(ray, here=True)
+        placement.machine_plan(ray, here=True)
 
 
 def test_an_update_hands_cached_gpu_memory_back(monkeypatch):
@@ -260,33 +260,33 @@ def _ray(generation: float, update: float):
 def test_a_ray_inference_actor_plans_the_trainers_ray_may_place_beside_it(monkeypatch, tmp_path):
     """An actor holding whole GPUs has them to itself; one holding half a GPU shares it with as many
     update tasks as Ray's fractions let land there, and leaves each its peak."""
-    monkeypatch.setattr(memory, "machine_gpus", lambda: (1, 139.8))
-    monkeypatch.setattr(memory, "machine_dtype", lambda config: "bfloat16")
+    monkeypatch.setattr(placement, "machine_gpus", lambda: (1, 139.8))
+    monkeypatch.setattr(placement, "machine_dtype", lambda config: "bfloat16")
     (tmp_path / "config.json").write_text(json.dumps(memory.KNOWN_SHAPES["Qwen/Qwen2.5-Coder-7B"]))
     assert memory.trainers_beside_actor(_ray(1, 1)) == 0
     assert memory.trainers_beside_actor(_ray(0.5, 0.5)) == 1
     assert memory.trainers_beside_actor(_ray(0.5, 0.25)) == 2
-    whole = memory.vllm_settings(_ray(1, 1), tmp_path, ray_actor=True)
+    whole = placement.vllm_settings(_ray(1, 1), tmp_path, ray_actor=True)
     assert whole["gpus"] == ["0"] and whole["gpu_memory_utilization"] == memory.DEDICATED_UTILIZATION
-    half = memory.vllm_settings(_ray(0.5, 0.5), tmp_path, ray_actor=True)
+    half = placement.vllm_settings(_ray(0.5, 0.5), tmp_path, ray_actor=True)
     local_one_gpu = make_plan(_ray(0.5, 0.5), 1, 139.8)
     assert half["gpu_memory_utilization"] == local_one_gpu.vllm_utilization < memory.DEDICATED_UTILIZATION
     assert memory.trainers_beside_actor(_ray(0.2, 0.2)) == 4
     with pytest.raises(PlanError, match="4 trainers alone need 16"):
-        memory.vllm_settings(_ray(0.2, 0.2), tmp_path, ray_actor=True)  # 4 × 41 GiB beside vLLM: no
+        placement.vllm_settings(_ray(0.2, 0.2), tmp_path, ray_actor=True)  # 4 × 41 GiB beside vLLM: no
 
 
 def test_a_ray_update_task_refuses_fractions_that_stack_trainers_beyond_its_gpu(monkeypatch, tmp_path):
-    monkeypatch.setattr(memory, "machine_dtype", lambda config: "bfloat16")
+    monkeypatch.setattr(placement, "machine_dtype", lambda config: "bfloat16")
     (tmp_path / "config.json").write_text(json.dumps(memory.KNOWN_SHAPES["Qwen/Qwen2.5-Coder-7B"]))
-    monkeypatch.setattr(memory, "machine_gpus", lambda: (1, 139.8))
-    memory.check_ray_update(_ray(1, 1), tmp_path)  # one trainer per GPU: fits
-    memory.check_ray_update(_ray(0.5, 0.5), tmp_path)  # a trainer beside vLLM's planned share: fits
+    monkeypatch.setattr(placement, "machine_gpus", lambda: (1, 139.8))
+    placement.check_ray_update(_ray(1, 1), tmp_path)  # one trainer per GPU: fits
+    placement.check_ray_update(_ray(0.5, 0.5), tmp_path)  # a trainer beside vLLM's planned share: fits
     with pytest.raises(PlanError, match="4 update tasks on one GPU need 16"):
-        memory.check_ray_update(_ray(1, 0.25), tmp_path)  # four 41 GiB trainers on 140 GiB
-    monkeypatch.setattr(memory, "machine_gpus", lambda: (1, 79.2))
+        placement.check_ray_update(_ray(1, 0.25), tmp_path)  # four 41 GiB trainers on 140 GiB
+    monkeypatch.setattr(placement, "machine_gpus", lambda: (1, 79.2))
     with pytest.raises(PlanError, match="2 update tasks on one GPU need 8"):
-        memory.check_ray_update(_ray(0.5, 0.5), tmp_path)  # on a GPU without the actor, two halves fit
+        placement.check_ray_update(_ray(0.5, 0.5), tmp_path)  # on a GPU without the actor, two halves fit
 
 
 def test_server_flags_the_project_sets_are_refused_in_vllm_args():

@@ -72,7 +72,8 @@ def test_other_schema_version_is_refused_on_read(tmp_path):
 
 def test_a_file_of_the_previous_version_is_read_with_the_columns_added_since_empty(tmp_path):
     """Runs made before the sampler/learner columns (schema v2) still resume, replay and report."""
-    from populora_core.rundir.artifacts import ADDED_SINCE, columns, full_schema
+    from populora_core.rundir.artifacts import columns, full_schema
+    from populora_core.rundir.versions import ADDED_SINCE
 
     added = ADDED_SINCE[SCHEMA_VERSION]["train_metrics"]
     row = {c: 0.0 for c in columns("train_metrics")} | {"adapter_id": "s0", "samples": 4, "updated": True}
