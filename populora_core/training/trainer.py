@@ -131,8 +131,8 @@ def sampler_agreement(pairs: Sequence[tuple], cap: float | None = None) -> dict[
     counted, and with ``cap`` the share of tokens whose weight it truncates."""
     if not pairs:
         return {}
-    learner = torch.cat([torch.as_tensor(a, dtype=torch.float64) for a, _ in pairs])
-    sampler = torch.cat([torch.as_tensor(b, dtype=torch.float64) for _, b in pairs])
+    learner = torch.cat([torch.as_tensor(a, dtype=torch.float64, device="cpu") for a, _ in pairs])
+    sampler = torch.cat([torch.as_tensor(b, dtype=torch.float64, device="cpu") for _, b in pairs])
     if learner.numel() == 0:
         return {}
     gap, ratio = (learner - sampler).abs(), torch.exp(learner - sampler)
