@@ -75,6 +75,11 @@ def complete(run: RunDir, g: int) -> None:
             "kl": [0.001 * g, NAN],
             "grad_norm": [1.5, NAN],
             "tokens": [512.0, 0.0],
+            "sampler_gap_mean": [1e-6, NAN],
+            "sampler_gap_p99": [1e-5, NAN],
+            "sampler_ratio_std": [1e-6, NAN],
+            "sampler_ratio_max": [1.0, NAN],
+            "truncated_frac": [0.0, NAN],
             "seconds": [2.0, 0.0],
             "node": ["host-a", ""],
         }

@@ -1,0 +1,163 @@
+"""The paper's preset end to end on the engine the paper uses: `--preset paper-7b` with only
+what a CPU cannot carry changed (the model, the device, the dtype, token caps and budgets),
+so vLLM (its CPU build), the docker sandbox, 4 + 4 adapters at rank 32 / α 64 and
+evolution run as the paper runs them, for two generations, killed with SIGKILL in a middle
+stage and resumed. Real CLI processes, a real Prefect server, a real Docker engine."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from safetensors.torch import load_file
+
+from populora_core.inference.base import adapter_digest
+from populora_core.inference.vllm_server import DEFAULT_VENV, served_name
+from populora_core.rundir.artifacts import SUCCESS, artifacts_in, partial_files, schema_difference
+from populora_core.rundir.run import RunDir
+from populora_core.stages.table import TABLE
+from tests.flows.conftest import populora
+
+pytestmark = [pytest.mark.vllm, pytest.mark.docker, pytest.mark.slow]
+"""slow for now: written, not yet seen run; joins `make test` (issue 39) once it has passed."""
+
+GENERATIONS = 2
+ON_A_CPU = [
+    "model.name=embedded:smollm2-135m-instruct",
+    "model.device=cpu",
+    "model.dtype=float32",
+    "model.threads=2",
+    "inference.teacher_max_new_tokens=48",
+    "inference.student_max_new_tokens=48",
+    "budget.proposals_per_teacher=2",
+    "budget.problems_per_match=2",
+    "budget.samples_per_problem=2",
+    "sandbox.workers=2",
+    "evolution.every_k=1",
+    "probe.items=2",
+    "coverage.samples=10000",
+]
+"""paper-7b's overrides on this machine: the model (SmolLM2-135M), device and dtype, the token
+caps and budgets shrunk, and evolution at every generation so two generations evolve once
+each. Everything else is the preset's: vLLM, the docker sandbox (its workers cut to the
+cores), 4 + 4 adapters at rank 32 / α 64, 3 references, batch 64, micro-batch 8, 4 minibatches."""
+
+TIMING = {"verdicts": ["seconds"], "train_metrics": ["seconds"]}
+
+
+def paper_train(run_id: str, runs: Path) -> list[str]:
+    sets = [x for o in ON_A_CPU for x in ("--set", o)]
+    return [
+        "train",
+        "--preset",
+        "paper-7b",
+        "--generations",
+        str(GENERATIONS),
+        "--run-id",
+        run_id,
+        "--runs-dir",
+        str(runs),
+        *sets,
+    ]
+
+
+@pytest.fixture(scope="module")
+def paper_env(prefect_server, tiny_model, tmp_path_factory):
+    """The Prefect server's environment with the vLLM servers' logs in a folder of the test's."""
+    if not (DEFAULT_VENV / "bin" / "python").exists():
+        if os.environ.get("CI", "").lower() in ("1", "true"):
+            pytest.fail(f"CI needs the vLLM environment at {DEFAULT_VENV} (make vllm-env)")
+        pytest.skip(f"no vLLM environment at {DEFAULT_VENV} (make vllm-env)")
+    logs = tmp_path_factory.mktemp("vllm-logs")
+    return dict(prefect_server, TMPDIR=str(logs)), logs
+
+
+@pytest.fixture(scope="module")
+def paper_run(paper_env, tmp_path_factory):
+    env, _ = paper_env
+    runs = tmp_path_factory.mktemp("paper-runs")
+    result = populora(paper_train("paper", runs), env, timeout=1500)
+    assert result.returncode == 0, result.stdout[-4000:]
+    return RunDir(runs / "paper")
+
+
+def _frames(run: RunDir) -> dict[str, pd.DataFrame]:
+    out = {}
+    for g in range(GENERATIONS):
+        for path in artifacts_in(run.gen(g)):
+            name = path.name.removesuffix(".parquet")
+            out[f"gen_{g}/{name}"] = pd.read_parquet(path).drop(columns=["run_id", *TIMING.get(name, [])])
+    return out
+
+
+def test_the_paper_preset_runs_on_vllm_and_docker_with_every_artifact_of_an_hf_run(paper_run, reference_run):
+    run = paper_run
+    config = run.config()
+    assert config.inference.backend == "vllm" and config.sandbox.backend == "docker"
+    assert (config.population.teachers, config.population.students) == (4, 4)
+    assert (config.population.rank, config.population.alpha, config.budget.references) == (32, 64.0, 3)
+    assert run.complete_generations() == list(range(GENERATIONS))
+    for g in range(GENERATIONS):
+        gen = run.gen(g)
+        assert (gen / SUCCESS).is_file()
+        names = {p.name.removesuffix(".parquet") for p in artifacts_in(gen)}
+        assert names == {n for stage in TABLE for n in stage.outputs}
+        hf = {p.name: p for p in artifacts_in(reference_run.gen(g))}
+        for path in artifacts_in(gen):
+            assert schema_difference(path) is None, path
+            assert pd.read_parquet(path).dtypes.to_dict() == pd.read_parquet(hf[path.name]).dtypes.to_dict(), path
+        proposals, verdicts = pd.read_parquet(gen / "proposals.parquet"), pd.read_parquet(gen / "verdicts.parquet")
+        assert len(proposals) == 4 * 2 and set(proposals["finish_reason"]) <= {"stop", "eos", "length"}
+        assert set(verdicts["finish_reason"]) <= {"stop", "eos", "length"}
+        train = pd.read_parquet(gen / "train_metrics.parquet")
+        assert set(train["adapter_id"]) == set(run.adapter_dirs(g))
+        # the sampler's log-probs are vLLM's, the learner's HF's: a gap, measured and small
+        measured = train["sampler_gap_mean"].dropna()
+        assert len(measured) and (measured > 0).all() and (measured < 0.2).all(), train
+
+
+def test_each_generation_serves_the_adapters_as_updated_and_evolved(paper_run, paper_env):
+    """Every member of every generation was loaded into vLLM under the name of its own files'
+    content: generation 1 generates with generation 0's updated and evolved weights."""
+    _, logs = paper_env
+    text = "\n".join(p.read_text(errors="replace") for p in Path(logs).glob("populora-vllm-*.log"))
+    loaded = set(re.findall(r"Loaded new LoRA adapter: name '([^']+)'", text))
+    assert loaded, text[-3000:]
+    for g in range(GENERATIONS):
+        want = {served_name(a, adapter_digest(path)) for a, path in paper_run.adapter_dirs(g).items()}
+        assert want <= loaded, (g, sorted(want - loaded))
+    before, after = paper_run.adapter_dirs(0), paper_run.adapter_dirs(1)
+    updated = [a for a in set(before) & set(after) if adapter_digest(before[a]) != adapter_digest(after[a])]
+    assert updated, "no adapter of generation 0 came out of its update changed"
+
+
+def _adapters(run: RunDir) -> dict[str, dict]:
+    return {
+        str(p.relative_to(run.root)): load_file(str(p)) for p in sorted(run.root.rglob("adapter_model.safetensors"))
+    }
+
+
+def test_killed_in_a_middle_stage_and_resumed_it_gives_the_uninterrupted_run(paper_run, paper_env, tmp_path):
+    """SIGKILL while generation 1's `solve` writes (after generation 0's update and evolution):
+    the resume starts a fresh vLLM server, serves generation 1's adapters and solves again;
+    every artifact and adapter equals the uninterrupted run's."""
+    env, _ = paper_env
+    runs = tmp_path / "runs"
+    run = RunDir(runs / "paper-killed")
+    killed = populora(paper_train("paper-killed", runs), env, fault="solve@1", timeout=1500)
+    assert killed.returncode == -9, killed.stdout[-3000:]
+    assert partial_files(run.gen(1)) and not (run.gen(1) / SUCCESS).exists()
+    resumed = populora(["resume", str(run.root)], env, timeout=1500)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert run.complete_generations() == list(range(GENERATIONS)) and partial_files(run.root) == []
+    expected, got = _frames(paper_run), _frames(run)
+    assert sorted(got) == sorted(expected)
+    for key in expected:
+        pd.testing.assert_frame_equal(got[key], expected[key], obj=key)
+    want, have = _adapters(paper_run), _adapters(run)
+    assert sorted(have) == sorted(want)
+    for key, tensors in want.items():
+        assert all(have[key][name].equal(t) for name, t in tensors.items()), key
