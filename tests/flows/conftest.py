@@ -154,3 +154,49 @@ def baseline_run(prefect_server, tiny_model, tmp_path_factory):
     result = populora([*args, "--runs-dir", str(runs)], prefect_server)
     assert result.returncode == 0, result.stdout[-4000:]
     return RunDir(runs / "baseline")
+
+
+TIMING = {"verdicts": ["seconds"], "train_metrics": ["seconds"]}
+"""Columns that measure time, not results."""
+
+
+def members(run, generation: int):
+    """Snapshot ``generation``'s population table."""
+    import pandas as pd
+
+    from populora_core.population.adapters import POPULATION_TABLE
+
+    return pd.read_parquet(run.members_dir(generation) / POPULATION_TABLE)
+
+
+def assert_same_run(got, expected, generations: int = GENERATIONS) -> None:
+    """Every artifact (timings aside), population table and adapter file of ``got``'s first
+    ``generations`` generations equals ``expected``'s (adapters to the bit)."""
+    import pandas as pd
+    from safetensors.torch import load_file
+
+    from populora_core.rundir.artifacts import artifacts_in
+
+    def frames(run) -> dict:
+        out = {}
+        for g in range(generations):
+            for path in artifacts_in(run.gen(g)):
+                name = path.name.removesuffix(".parquet")
+                out[f"gen_{g}/{name}"] = pd.read_parquet(path).drop(columns=["run_id", *TIMING.get(name, [])])
+        for g in range(generations + 1):
+            out[f"population/{g}"] = members(run, g).drop(columns=["run_id"])
+        return out
+
+    def adapters(run) -> dict:
+        files = sorted(run.root.rglob("adapter_model.safetensors"))
+        return {str(p.relative_to(run.root)): load_file(str(p)) for p in files}
+
+    want, have = frames(expected), frames(got)
+    assert sorted(have) == sorted(want)
+    for key in want:
+        pd.testing.assert_frame_equal(have[key], want[key], obj=key)
+    want, have = adapters(expected), adapters(got)
+    assert sorted(have) == sorted(want)
+    for key, tensors in want.items():
+        for name, tensor in tensors.items():
+            assert have[key][name].equal(tensor), (key, name)

@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from safetensors.torch import load_file
 
 from populora_core.inference.base import adapter_digest
 from populora_core.inference.vllm_server import DEFAULT_VENV, served_name
 from populora_core.rundir.artifacts import SUCCESS, artifacts_in, partial_files, schema_difference
 from populora_core.rundir.run import RunDir
 from populora_core.stages.table import TABLE
-from tests.flows.conftest import populora
+from tests.flows.conftest import assert_same_run, populora
 
 pytestmark = [pytest.mark.vllm, pytest.mark.docker, pytest.mark.slow]
 """slow for now: written, not yet seen run; joins `make test` (issue 39) once it has passed."""
@@ -44,8 +43,6 @@ ON_A_CPU = [
 caps and budgets shrunk, and evolution at every generation so two generations evolve once
 each. Everything else is the preset's: vLLM, the docker sandbox (its workers cut to the
 cores), 4 + 4 adapters at rank 32 / α 64, 3 references, batch 64, micro-batch 8, 4 minibatches."""
-
-TIMING = {"verdicts": ["seconds"], "train_metrics": ["seconds"]}
 
 
 def paper_train(run_id: str, runs: Path) -> list[str]:
@@ -82,15 +79,6 @@ def paper_run(paper_env, tmp_path_factory):
     result = populora(paper_train("paper", runs), env, timeout=1500)
     assert result.returncode == 0, result.stdout[-4000:]
     return RunDir(runs / "paper")
-
-
-def _frames(run: RunDir) -> dict[str, pd.DataFrame]:
-    out = {}
-    for g in range(GENERATIONS):
-        for path in artifacts_in(run.gen(g)):
-            name = path.name.removesuffix(".parquet")
-            out[f"gen_{g}/{name}"] = pd.read_parquet(path).drop(columns=["run_id", *TIMING.get(name, [])])
-    return out
 
 
 def test_the_paper_preset_runs_on_vllm_and_docker_with_every_artifact_of_an_hf_run(paper_run, reference_run):
@@ -134,12 +122,6 @@ def test_each_generation_serves_the_adapters_as_updated_and_evolved(paper_run, p
     assert updated, "no adapter of generation 0 came out of its update changed"
 
 
-def _adapters(run: RunDir) -> dict[str, dict]:
-    return {
-        str(p.relative_to(run.root)): load_file(str(p)) for p in sorted(run.root.rglob("adapter_model.safetensors"))
-    }
-
-
 def test_killed_in_a_middle_stage_and_resumed_it_gives_the_uninterrupted_run(paper_run, paper_env, tmp_path):
     """SIGKILL while generation 1's `solve` writes (after generation 0's update and evolution):
     the resume starts a fresh vLLM server, serves generation 1's adapters and solves again;
@@ -153,11 +135,4 @@ def test_killed_in_a_middle_stage_and_resumed_it_gives_the_uninterrupted_run(pap
     resumed = populora(["resume", str(run.root)], env, timeout=1500)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert run.complete_generations() == list(range(GENERATIONS)) and partial_files(run.root) == []
-    expected, got = _frames(paper_run), _frames(run)
-    assert sorted(got) == sorted(expected)
-    for key in expected:
-        pd.testing.assert_frame_equal(got[key], expected[key], obj=key)
-    want, have = _adapters(paper_run), _adapters(run)
-    assert sorted(have) == sorted(want)
-    for key, tensors in want.items():
-        assert all(have[key][name].equal(t) for name, t in tensors.items()), key
+    assert_same_run(run, paper_run, GENERATIONS)

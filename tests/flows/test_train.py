@@ -11,10 +11,8 @@ import shutil
 
 import pandas as pd
 import pytest
-from safetensors.torch import load_file
 
 from populora_core.config import load_config
-from populora_core.population.adapters import POPULATION_TABLE
 from populora_core.rundir.artifacts import (
     SUCCESS,
     artifact_path,
@@ -25,14 +23,7 @@ from populora_core.rundir.artifacts import (
 )
 from populora_core.rundir.run import RunDir
 from populora_core.stages.table import TABLE, get_stage, stage_names
-from tests.flows.conftest import GENERATIONS, TRAIN, populora, prefect_runs, still_running
-
-# Columns that measure time, not results.
-TIMING = {"verdicts": ["seconds"], "train_metrics": ["seconds"]}
-
-
-def members(run: RunDir, generation: int) -> pd.DataFrame:
-    return pd.read_parquet(run.members_dir(generation) / POPULATION_TABLE)
+from tests.flows.conftest import GENERATIONS, TRAIN, assert_same_run, members, populora, prefect_runs, still_running
 
 
 def test_every_artifact_is_present_schema_valid_and_consistent(reference_run):
@@ -93,25 +84,6 @@ def test_status_and_runs_commands_describe_the_run(reference_run, prefect_server
     assert "reference" in runs.stdout and "complete" in runs.stdout
 
 
-def _frames(run: RunDir) -> dict[str, pd.DataFrame]:
-    out = {}
-    for g in range(GENERATIONS):
-        for path in artifacts_in(run.gen(g)):
-            name = path.name.removesuffix(".parquet")
-            frame = pd.read_parquet(path).drop(columns=["run_id", *TIMING.get(name, [])])
-            out[f"gen_{g}/{name}"] = frame
-    for g in range(GENERATIONS + 1):
-        out[f"population/{g}"] = members(run, g).drop(columns=["run_id"])
-    return out
-
-
-def _adapters(run: RunDir) -> dict[str, dict]:
-    found = {}
-    for path in sorted(run.root.rglob("adapter_model.safetensors")):
-        found[str(path.relative_to(run.root))] = load_file(str(path))
-    return found
-
-
 EVERY_STAGE = [(stage.name, 0) for stage in TABLE] + [("propose", 1)]
 EACH_KIND = [("validate", 0), ("update", 0), ("evolve", 0), ("propose", 1)]
 """A stage of each kind (the runner treats every stage alike, by the table): one with the
@@ -147,15 +119,7 @@ def test_sigkill_during_stages_then_resume_gives_the_uninterrupted_artifacts(
     assert run.complete_generations() == list(range(GENERATIONS))
     assert partial_files(run.root) == []
 
-    expected, got = _frames(reference_run), _frames(run)
-    assert sorted(got) == sorted(expected)
-    for key in expected:
-        pd.testing.assert_frame_equal(got[key], expected[key], obj=key)
-    ref_adapters, new_adapters = _adapters(reference_run), _adapters(run)
-    assert sorted(new_adapters) == sorted(ref_adapters)
-    for key, tensors in ref_adapters.items():
-        for name, tensor in tensors.items():
-            assert new_adapters[key][name].equal(tensor), (key, name)
+    assert_same_run(run, reference_run)
     # the final generation reports which stages were already done when it resumed
     resumed = json.loads((run.gen(1) / SUCCESS).read_text())["resumed_stages"]
     assert resumed == ["pair"]
