@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -71,6 +72,7 @@ def fault_env(env: dict[str, str], fault: str, once: Path | None = None) -> dict
         **env,
         "PYTHONPATH": os.pathsep.join(paths),
         "POPULORA_FAULT": fault,
+        "POPULORA_FAULT_PREFIX": str(Path(sys.prefix).resolve()),
         **({"POPULORA_FAULT_ONCE": str(once)} if once else {}),
     }
 
@@ -144,4 +146,8 @@ def worker_fault_env(directory: Path) -> dict[str, str]:
     """Environment entries for Ray nodes whose workers take the faults armed in ``directory``."""
     here, repo = Path(__file__).resolve().parent, Path(__file__).resolve().parents[2]
     paths = [str(here), str(repo), *filter(None, [os.environ.get("PYTHONPATH")])]
-    return {"PYTHONPATH": os.pathsep.join(paths), "POPULORA_WORKER_FAULTS": str(directory)}
+    return {
+        "PYTHONPATH": os.pathsep.join(paths),
+        "POPULORA_WORKER_FAULTS": str(directory),
+        "POPULORA_FAULT_PREFIX": str(Path(sys.prefix).resolve()),
+    }

@@ -6,14 +6,20 @@ writing that stage's first artifact (half a temp file left on disk). With
 ``POPULORA_FAULT_ONCE=<file>`` it fires only while the file does not exist (it is
 created first), so a retried flow run gets through. ``POPULORA_WORKER_FAULTS=<dir>`` (in a
 Ray node's environment) arms the workers' faults of ``inject.install_worker_faults``.
+Only processes of the test's own Python environment (``POPULORA_FAULT_PREFIX``) take the
+hooks: a vLLM server started by the run (its own venv, without the project's packages)
+inherits the variables and writes no artifacts.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
-if os.environ.get("POPULORA_FAULT"):
+_OURS = os.environ.get("POPULORA_FAULT_PREFIX", "") in ("", str(Path(sys.prefix).resolve()))
+
+if _OURS and os.environ.get("POPULORA_FAULT"):
     try:
         from tests.faults.inject import install
 
@@ -22,7 +28,7 @@ if os.environ.get("POPULORA_FAULT"):
         print(f"tests/faults: could not install the fault hook: {exc!r}", flush=True)
         os._exit(97)
 
-if os.environ.get("POPULORA_WORKER_FAULTS") and sys.argv and sys.argv[0].endswith("default_worker.py"):
+if _OURS and os.environ.get("POPULORA_WORKER_FAULTS") and sys.argv and sys.argv[0].endswith("default_worker.py"):
     try:
         from tests.faults.inject import install_worker_faults
 

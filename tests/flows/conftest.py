@@ -169,9 +169,10 @@ def members(run, generation: int):
     return pd.read_parquet(run.members_dir(generation) / POPULATION_TABLE)
 
 
-def assert_same_run(got, expected, generations: int = GENERATIONS) -> None:
-    """Every artifact (timings aside), population table and adapter file of ``got``'s first
-    ``generations`` generations equals ``expected``'s (adapters to the bit)."""
+def assert_same_run(got, expected, generations: int = GENERATIONS, where: tuple[str, ...] = ()) -> None:
+    """Every artifact (timings aside, and the columns ``where`` that say where the work ran),
+    population table and adapter file of ``got``'s first ``generations`` generations equals
+    ``expected``'s (adapters to the bit)."""
     import pandas as pd
     from safetensors.torch import load_file
 
@@ -182,7 +183,8 @@ def assert_same_run(got, expected, generations: int = GENERATIONS) -> None:
         for g in range(generations):
             for path in artifacts_in(run.gen(g)):
                 name = path.name.removesuffix(".parquet")
-                out[f"gen_{g}/{name}"] = pd.read_parquet(path).drop(columns=["run_id", *TIMING.get(name, [])])
+                frame = pd.read_parquet(path).drop(columns=["run_id", *TIMING.get(name, [])])
+                out[f"gen_{g}/{name}"] = frame.drop(columns=[c for c in where if c in frame])
         for g in range(generations + 1):
             out[f"population/{g}"] = members(run, g).drop(columns=["run_id"])
         return out
