@@ -62,7 +62,15 @@ PRESETS: dict[str, dict] = {
         "population": {"teachers": 4, "students": 4, "rank": 32, "alpha": 64.0},
         "sandbox": {"backend": "docker", "workers": 16},
         "evolution": {"every_k": 5, "replace_fraction": 0.25},
-        "grpo": {"micro_batch_size": 8, "learning_rate": 2e-5, "minibatches": 4},
+        "grpo": {
+            "micro_batch_size": 8,
+            "learning_rate": 2e-5,
+            "minibatches": 4,
+            # vLLM samples in bf16 with its own kernels: π_old from the learner, and truncated
+            # importance sampling on the sampler/learner ratio (docs/models.md#sampler-and-learner)
+            "old_logprobs": "learner",
+            "importance_cap": 2.0,
+        },
     },
 }
 """Named starting points; a YAML file or `--set key=value` overrides any field."""
