@@ -142,6 +142,7 @@ def test_the_paper_preset_runs_on_vllm_and_docker_with_every_artifact_of_an_hf_r
     assert config.inference.backend == "vllm" and config.sandbox.backend == "docker"
     assert (config.population.teachers, config.population.students) == (4, 4)
     assert (config.population.rank, config.population.alpha, config.budget.references) == (32, 64.0, 3)
+    assert config.grpo.old_logprobs == "learner"
     assert run.complete_generations() == list(range(GENERATIONS))
     for g in range(GENERATIONS):
         gen = run.gen(g)
