@@ -64,6 +64,10 @@ def install_tracking(generation: int, once: str | None) -> None:
     tracking.sync = dying
 
 
+PREFIX = str(Path(sys.prefix).resolve())
+"""The test's Python environment: only its processes take the hooks (sitecustomize.py)."""
+
+
 def fault_env(env: dict[str, str], fault: str, once: Path | None = None) -> dict[str, str]:
     """``env`` for a process that dies at ``fault`` (stage@generation)."""
     here, repo = Path(__file__).resolve().parent, Path(__file__).resolve().parents[2]
@@ -72,7 +76,7 @@ def fault_env(env: dict[str, str], fault: str, once: Path | None = None) -> dict
         **env,
         "PYTHONPATH": os.pathsep.join(paths),
         "POPULORA_FAULT": fault,
-        "POPULORA_FAULT_PREFIX": str(Path(sys.prefix).resolve()),
+        "POPULORA_FAULT_PREFIX": PREFIX,
         **({"POPULORA_FAULT_ONCE": str(once)} if once else {}),
     }
 
@@ -149,5 +153,5 @@ def worker_fault_env(directory: Path) -> dict[str, str]:
     return {
         "PYTHONPATH": os.pathsep.join(paths),
         "POPULORA_WORKER_FAULTS": str(directory),
-        "POPULORA_FAULT_PREFIX": str(Path(sys.prefix).resolve()),
+        "POPULORA_FAULT_PREFIX": PREFIX,
     }

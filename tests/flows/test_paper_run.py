@@ -59,7 +59,7 @@ agree to ~1e-5, so the cap corrects nothing. Everything else is the preset's: vL
 docker sandbox (its workers cut to the cores), 4 + 4 adapters at rank 32 / α 64, 3
 references, batch 64, micro-batch 8, 4 minibatches, π_old from the learner. A generation
 takes about 3 minutes here: vLLM's CPU build applies LoRA by gathering each token's adapter
-weights (punica's torch ops), ~15 ms a prompt token at rank 32 on 2 cores."""
+weights (punica's torch ops), ~12 ms a prompt token at rank 32 on 2 cores."""
 
 
 def assert_finish_reasons_are_what_happened(frame: pd.DataFrame, tokenizer) -> None:
