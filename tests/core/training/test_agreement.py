@@ -1,5 +1,6 @@
 """Sampler/learner agreement and its correction (training/trainer.py, training/grpo.py): the
-metric is ~0 when the sampler is the learner, moves when the sampler is broken, and
+metric is ~0 when the sampler is the learner (on a tiny model, and on SmolLM2-135M sampled
+through the HF backend in fp32), moves when the sampler is broken, and
 ``grpo.old_logprobs: learner`` with ``grpo.importance_cap`` bounds what a broken sampler does."""
 
 from __future__ import annotations
@@ -13,10 +14,14 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from populora_core.config import ConfigError, GRPOConfig, load_config
+from populora_core.config import ConfigError, GRPOConfig, PopulationConfig, RatingConfig, load_config
+from populora_core.inference.base import GenerationRequest, SamplingParams
+from populora_core.inference.hf import HFBackend
+from populora_core.models import load_model, resolve_model
+from populora_core.population.adapters import create_population, lora_shapes_from_model, save_adapter
 from populora_core.training.grpo import policy_loss
 from populora_core.training.rollouts import Rollout, token_logprobs
-from populora_core.training.trainer import sampler_agreement, update_adapter
+from populora_core.training.trainer import Trainer, sampler_agreement, update_adapter
 from tests.helpers import TINY_QWEN2
 
 
@@ -119,3 +124,58 @@ def test_a_cap_without_the_learners_old_logprobs_is_refused():
     with pytest.raises(ConfigError, match="old_logprobs: learner"):
         load_config(preset="cpu-tiny", overrides=["grpo.importance_cap=2"])
     load_config(preset="cpu-tiny", overrides=["grpo.importance_cap=2", "grpo.old_logprobs=learner"])
+
+
+@pytest.fixture(scope="module")
+def smollm_sampled(tmp_path_factory):
+    """Completions sampled by the HF backend (the real SmolLM2-135M in fp32, two LoRA members),
+    with a learner on a separate copy of the model, as the update stage has it."""
+    path = resolve_model("embedded:smollm2-135m-instruct")
+    model, tokenizer = load_model(path, dtype="float32")  # fp32 whatever the CPU (auto is bf16 on some)
+    population = PopulationConfig(teachers=1, students=1, rank=8, alpha=16, init_b_std=0.02)
+    members, adapters = create_population(
+        population, RatingConfig(), lora_shapes_from_model(model, population.target_modules), 0
+    )
+    backend = HFBackend(None, model=model, tokenizer=tokenizer, batch_size=8)
+    root = tmp_path_factory.mktemp("adapters")
+    ids = [m.adapter_id for m in members]
+    for a in ids:
+        save_adapter(adapters[a], root / a)
+        backend.load_adapter(a, root / a)
+    prompts = [  # two lengths, so the batch is left-padded
+        [{"role": "user", "content": "Write a Python function f that reverses a list."}],
+        [{"role": "user", "content": "Write a Python function f(x) whose output is hard to predict, and an input."}],
+    ]
+    requests = [
+        GenerationRequest(p, adapter=a, n=2, seed=i) for i, (a, p) in enumerate((a, p) for a in ids for p in prompts)
+    ]
+    # not temperature 1: the sampler must record the model's log π, not the tempered one it drew from
+    params = SamplingParams(temperature=0.7, top_k=50, max_new_tokens=24)
+    completions = backend.generate(requests, params)
+    learner_model, _ = load_model(path, dtype="float32")
+    trainer = Trainer(learner_model, tokenizer, population)
+    by_adapter = {a: [] for a in ids}
+    for request, samples in zip(requests, completions, strict=True):
+        for k, c in enumerate(samples):
+            by_adapter[request.adapter].append(
+                Rollout(list(c.prompt_token_ids), list(c.token_ids), list(c.logprobs), 1.0 if k == 0 else -1.0)
+            )
+    return trainer, adapters, by_adapter
+
+
+@pytest.mark.parametrize("old", ["sampler", "learner"])
+def test_hf_samples_are_scored_by_the_learner_within_1e_4_in_fp32(smollm_sampled, old):
+    """The HF backend's sampled tokens and log-probs (KV-cached decode, left padding, mixed
+    adapters in a batch) against the learner's full forward pass under the same adapter: the
+    gap an update measures is rounding only. Scored under the other member's factors, the same
+    tokens are far off, so the figure does read which adapter sampled them."""
+    trainer, adapters, by_adapter = smollm_sampled
+    ids = list(by_adapter)
+    config = GRPOConfig(learning_rate=1e-4, micro_batch_size=4, old_logprobs=old)
+    for a in ids:
+        _, metrics, _ = trainer.update(adapters[a], by_adapter[a], config, None)
+        assert metrics["agreement/tokens"] == sum(len(r.completion_ids) for r in by_adapter[a]) > 40
+        assert metrics["agreement/logprob_gap_p99"] < 1e-4, metrics
+        assert metrics["agreement/ratio_std"] < 1e-4
+    _, swapped, _ = trainer.update(adapters[ids[1]], by_adapter[ids[0]], config, None)
+    assert swapped["agreement/logprob_gap_mean"] > 1e-2, swapped  # seen: 0.073 (in place: 2.7e-6)
