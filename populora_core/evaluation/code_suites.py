@@ -57,6 +57,7 @@ def _plus(p: dict, dataset: str) -> dict:
         "atol": float(p["atol"] or 0),
         "reference": p["prompt"] + p["canonical_solution"],
         "task": int(p["task_id"].split("/")[-1]),
+        "base_count": len(p["base_input"]),
     }
 
 
@@ -129,24 +130,47 @@ def load_cruxeval(data_dir: Path, mode: str) -> list[EvalItem]:
 
 
 # judging ------------------------------------------------------------------------------
+EXPECT_SOURCE = '''
+def _populora_expect(failure, fn, *args):
+    """Runs a benchmark's own test; its failed assertion is tagged with ``failure``."""
+    try:
+        return fn(*args)
+    except AssertionError as exc:
+        raise AssertionError(failure, str(exc)[:200]) from None
+'''
+"""Pasted after the candidate's code: the benchmark's own tests tag their failed assertions
+(``AssertionError: ('wrong_base', ...)``, as the EvalPlus harness tags its inputs), so a
+failure's class (`failures.py`) does not depend on what the candidate prints or raises."""
+
+
+def complete_code(item: EvalItem, code: str) -> str:
+    """The code the judge runs for an answer's block: the block, or the benchmark's stub
+    followed by it when the block is a body only (it does not define the entry point)."""
+    d = item.data
+    if "entry_point" in d and f"def {d['entry_point']}" not in code:
+        return d["prompt"] + code
+    return code
+
+
 def check_code(item: EvalItem, completion: str) -> tuple[str, str] | None:
     """(program, "True") that runs cleanly iff the function is right; None: no code block."""
     d = item.data
     code = fenced(completion, "python", "py", "")
     if code is None:
         return None
-    if "entry_point" in d and f"def {d['entry_point']}" not in code:
-        code = d["prompt"] + code  # a completion of the body only
+    code = complete_code(item, code)
     if "asserts" in d:  # MBPP
-        return f"{d['imports']}\n{code}\n\n{d['asserts']}\n", "True"
+        tests = f"_populora_expect('wrong_base', exec, {d['asserts']!r}, globals())"
+        return f"{d['imports']}\n{code}\n\n{EXPECT_SOURCE}\n{tests}\n", "True"
     program = f"{code}\n\n"
     if d["test"]:
-        program += f"{d['test']}\ncheck({d['entry_point']})\n"
+        program += f"{d['test']}\n{EXPECT_SOURCE}\n_populora_expect('wrong_base', check, {d['entry_point']})\n"
     if d["plus"]:
         plus = d["plus"]
         program += (
             f"\n{harness_source()}\n_evalplus_check({plus['dataset']!r}, {d['entry_point']!r}, {d['entry_point']}, "
-            f"{plus['reference']!r}, {plus['inputs_json']!r}, {plus['atol']!r}, {plus['task']!r})\n"
+            f"{plus['reference']!r}, {plus['inputs_json']!r}, {plus['atol']!r}, {plus['task']!r}, "
+            f"{plus.get('base_count', 0)!r})\n"
         )
     return program, "True"
 

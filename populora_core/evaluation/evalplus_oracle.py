@@ -162,12 +162,17 @@ def _evalplus_timed(candidate, args: list, seconds: float):
         _evalplus_signal.setitimer(_evalplus_signal.ITIMER_REAL, 0)
 
 
-def _evalplus_check(dataset: str, entry: str, candidate, reference: str, inputs_json: str, atol, task: int) -> bool:
-    """Raises AssertionError at the first input where ``candidate`` and the reference disagree."""
+def _evalplus_check(
+    dataset: str, entry: str, candidate, reference: str, inputs_json: str, atol, task: int, base_count: int = 0
+) -> bool:
+    """Raises AssertionError at the first input where ``candidate`` and the reference disagree,
+    tagged ``wrong_base`` for the first ``base_count`` inputs (the benchmark's base inputs) and
+    ``wrong_plus`` after them."""
     scope: dict = {"__name__": "__reference__"}
     exec(reference, scope)  # noqa: S102 - the benchmark's canonical solution, in the sandbox
     truth = scope[entry]
-    for raw in _evalplus_json.loads(inputs_json):
+    for number, raw in enumerate(_evalplus_json.loads(inputs_json)):
+        failure = "wrong_base" if number < base_count else "wrong_plus"
         args = _evalplus_mbpp_args(task, raw) if dataset == "mbpp" else raw
         start = _evalplus_time.perf_counter()
         exp = truth(*_evalplus_copy.deepcopy(args))
@@ -176,14 +181,14 @@ def _evalplus_check(dataset: str, entry: str, candidate, reference: str, inputs_
             exp = exp is not None
         out = _evalplus_timed(candidate, args, limit)
         if dataset == "humaneval" and entry == "find_zero":
-            assert abs(_evalplus_poly(*args, out)) <= atol, (args, out)
+            assert abs(_evalplus_poly(*args, out)) <= atol, (failure, args, out)
             continue
         exact = bool(_evalplus_exact(dataset, entry, args, out, exp, atol))
         if atol == 0 and _evalplus_is_floats(exp):
             atol = 1e-6
         if not exact and atol != 0:
             exact = type(out) is type(exp) and _evalplus_close(out, exp, atol)
-        assert exact, (args, out, exp)
+        assert exact, (failure, args, out, exp)
     return True
 
 

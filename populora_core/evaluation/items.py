@@ -38,12 +38,18 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 
 def fenced(text: str, *tags: str) -> str | None:
     """The last fenced block whose tag is in ``tags`` ("" = untagged); an unclosed last block counts."""
+    block = fenced_block(text, *tags)
+    return None if block is None else block[0]
+
+
+def fenced_block(text: str, *tags: str) -> tuple[str, bool] | None:
+    """``fenced``'s block and whether it was closed (False: cut off, e.g. by the token cap)."""
     blocks = [(t.lower(), body) for t, body in _FENCE.findall(text)]
     wanted = [b for t, b in blocks if t in tags]
     if wanted:
-        return wanted[-1].strip("\n")
+        return wanted[-1].strip("\n"), True
     for tag in tags:  # a block cut off by the token cap
         start = text.rfind(f"```{tag}\n") if tag else -1
         if start >= 0:
-            return text[start + len(tag) + 4 :].strip("\n")
+            return text[start + len(tag) + 4 :].strip("\n"), False
     return None

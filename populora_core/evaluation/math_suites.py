@@ -150,3 +150,20 @@ def judge_minerva(item: EvalItem, completion: str) -> bool:
 def judge_olympiad(item: EvalItem, completion: str) -> bool:
     answer = last_boxed(completion)
     return answer is not None and answers_equal(answer, item.data["gold"], tol=item.data["tol"])
+
+
+def math_failure(item: EvalItem, completion: str, finish_reason: str | None) -> str:
+    """Why a math answer the judge rejected failed (`failures.py`): ``truncated`` (cut at the
+    cap with no final answer), ``no_final_answer`` (no ``\\boxed{}``; GSM8K: no ``####``),
+    ``unparsed`` (a final answer the value judges cannot read), else ``wrong``."""
+    cut = finish_reason == "length"
+    if item.kind == "number":
+        if "####" not in completion:
+            return "truncated" if cut else "no_final_answer"
+        return "wrong" if re.search(r"\d", completion.split("####")[-1]) else "unparsed"
+    answer = last_boxed(completion)
+    if answer is None:
+        return "truncated" if cut else "no_final_answer"
+    if item.kind in ("integer", "numeric") and value(strip_string(answer)) is None:
+        return "unparsed"
+    return "wrong"

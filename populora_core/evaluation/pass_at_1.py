@@ -7,46 +7,75 @@ code answers are judged in the sandbox pool, math answers by normalised equality
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import pandas as pd
 
 from populora_core.evaluation.benchmarks import TEXT_JUDGES, check_program, judge_text
+from populora_core.evaluation.failures import answer_form, run_class
 from populora_core.evaluation.items import EvalItem
+from populora_core.evaluation.math_suites import math_failure
 from populora_core.inference.base import GenerationRequest, SamplingParams
 from populora_core.sandbox import Job
 
-RESULT_COLUMNS = ["benchmark", "item_id", "adapter_id", "correct", "detail", "completion"]
+RESULT_COLUMNS = ["benchmark", "item_id", "adapter_id", "correct", "failure", "finish_reason", "detail", "completion"]
+"""``failure``: why the answer failed, or ``passed`` (`failures.py`); ``finish_reason``: how
+its generation ended ("stop", "eos" or "length", the token cap)."""
 
 
-def judge(
-    items: Sequence[EvalItem], completions: Sequence[str], pool, *, timeout_s: float = 20.0
-) -> list[tuple[bool, str]]:
-    """(correct, detail) per (item, completion); every program runs in ``pool`` in one batch
-    (``timeout_s`` each, or the item's own ``timeout_s`` and ``memory_mb``: EvalPlus and
-    LiveCodeBench items, whose harnesses limit every test)."""
-    verdicts: list[tuple[bool, str] | int] = []
+class Verdict(NamedTuple):
+    correct: bool
+    detail: str
+    failure: str
+    """A class of `failures.py`: ``passed`` when correct."""
+
+
+def judge_answers(
+    items: Sequence[EvalItem],
+    completions: Sequence[str],
+    pool,
+    *,
+    timeout_s: float = 20.0,
+    finish_reasons: Sequence[str | None] | None = None,
+) -> list[Verdict]:
+    """A verdict per (item, completion) with its failure class; every program runs in ``pool``
+    in one batch (``timeout_s`` each, or the item's own ``timeout_s`` and ``memory_mb``:
+    EvalPlus and LiveCodeBench items, whose harnesses limit every test). ``finish_reasons``
+    (None: unknown) tell an answer cut at the token cap."""
+    finish_reasons = finish_reasons or [None] * len(items)
+    verdicts: list[Verdict | tuple[int, str | None]] = []
     jobs: list[Job] = []
-    for item, completion in zip(items, completions, strict=True):
+    for item, completion, finish in zip(items, completions, finish_reasons, strict=True):
         if item.kind in TEXT_JUDGES:
-            verdicts.append((judge_text(item, completion), ""))
+            ok = judge_text(item, completion)
+            verdicts.append(Verdict(ok, "", "passed" if ok else math_failure(item, completion, finish)))
             continue
+        form = answer_form(item, completion, finish)
         check = check_program(item, completion)
         if check is None:
-            verdicts.append((False, "no answer found"))
+            verdicts.append(Verdict(False, "no answer found", form or "no_code"))
             continue
-        verdicts.append(len(jobs))
+        verdicts.append((len(jobs), form))
         limits = {"timeout_s": item.data.get("timeout_s", timeout_s), "memory_mb": item.data.get("memory_mb")}
         jobs.append(Job(code=check[0], expr=check[1], **limits))
     results = pool.run(jobs) if jobs else []
     out = []
     for v in verdicts:
-        if isinstance(v, tuple):
+        if isinstance(v, Verdict):
             out.append(v)
             continue
-        r = results[v]
+        r, form = results[v[0]], v[1]
         ok = r.status == "ok" and r.value == "True"
-        out.append((ok, "" if ok else f"{r.status}: {(r.error or r.value or '')[:200]}"))
+        detail = "" if ok else f"{r.status}: {(r.error or r.value or '')[:200]}"
+        out.append(Verdict(ok, detail, "passed" if ok else form or run_class(r)))
     return out
+
+
+def judge(
+    items: Sequence[EvalItem], completions: Sequence[str], pool, *, timeout_s: float = 20.0
+) -> list[tuple[bool, str]]:
+    """(correct, detail) per (item, completion): ``judge_answers`` without the classes."""
+    return [(v.correct, v.detail) for v in judge_answers(items, completions, pool, timeout_s=timeout_s)]
 
 
 def evaluate(
@@ -65,17 +94,20 @@ def evaluate(
     requests = [GenerationRequest(prompt=list(i.messages), adapter=a) for a in adapters for i in items]
     outputs = backend.generate(requests, params, progress=progress)
     texts = [o[0].text for o in outputs]
+    reasons = [o[0].finish_reason for o in outputs]
     flat_items = [i for _ in adapters for i in items]
-    verdicts = judge(flat_items, texts, pool, timeout_s=timeout_s)
+    verdicts = judge_answers(flat_items, texts, pool, timeout_s=timeout_s, finish_reasons=reasons)
     rows = []
-    for req, item, text, (ok, detail) in zip(requests, flat_items, texts, verdicts, strict=True):
+    for req, item, text, reason, v in zip(requests, flat_items, texts, reasons, verdicts, strict=True):
         rows.append(
             {
                 "benchmark": item.benchmark,
                 "item_id": item.item_id,
                 "adapter_id": req.adapter,
-                "correct": ok,
-                "detail": detail,
+                "correct": v.correct,
+                "failure": v.failure,
+                "finish_reason": reason,
+                "detail": v.detail,
                 "completion": text,
             }
         )
