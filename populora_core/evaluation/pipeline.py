@@ -25,6 +25,14 @@ import pandas as pd
 
 from populora_core.evaluation.benchmarks import default_max_new_tokens, load_benchmark
 from populora_core.evaluation.datasets import data_dir as default_data_dir
+from populora_core.evaluation.failure_tables import (
+    class_counts,
+    counts_markdown,
+    flip_table,
+    flips_markdown,
+    model_failures,
+    runs_counts,
+)
 from populora_core.evaluation.paired import (
     intervals_markdown,
     model_intervals,
@@ -131,6 +139,12 @@ def evaluate_benchmark(
     return {"path": str(path), "rows": len(results), "cached": False}
 
 
+FAILURES_INTRO = (
+    "Why answers failed: answers per class (docs/evaluation.md#failure-classes); `format` sums "
+    "the classes of the answer's form, `code` those of code that ran and was wrong:"
+)
+
+
 def evaluation_table(run: RunDir, generation: int, parts: Sequence[str]) -> dict:
     """Joins the benchmark parts into results (adapter by adapter, as one batch over every
     benchmark would give them), the pass@1 tables and their Markdown (all atomic)."""
@@ -140,7 +154,12 @@ def evaluation_table(run: RunDir, generation: int, parts: Sequence[str]) -> dict
     write_parquet_atomic(results, out / "results.parquet")
     write_parquet_atomic(table, out / "pass_at_1.parquet")
     write_parquet_atomic(scores_table(table).reset_index(), out / "scores.parquet")
-    markdown = f"# {run.run_id}: pass@1, population of generation {generation}\n\n" + markdown_table(table)
+    counts = class_counts(results)
+    write_parquet_atomic(counts.reset_index(), out / "failures.parquet")
+    markdown = (
+        f"# {run.run_id}: pass@1, population of generation {generation}\n\n{markdown_table(table)}\n\n"
+        f"{FAILURES_INTRO}\n\n{counts_markdown(counts, {BASE: 'base model'})}"
+    )
     write_text_atomic(markdown, out / "pass_at_1.md")
     return {"results": str(out / "results.parquet"), "pass_at_1": str(out / "pass_at_1.parquet"), "table": markdown}
 
@@ -171,12 +190,19 @@ def comparison_table(runs: Sequence[tuple[RunDir, int]]) -> dict:
     pairs = paired_table(results, single_agent=single)
     write_parquet_atomic(pairs, out / "paired.parquet")
     verdicts = [f"- {pair}: {verdict}" for pair, verdict in weakest_verdict(pairs).items()]
+    flips = flip_table(pairs, model_failures(results))
+    write_parquet_atomic(flips, out / "paired_failures.parquet")
     paired = (
         f"# Paired comparisons, {', '.join(tables)}\n\n"
         f"pass@1 of every model [95% Wilson interval]:\n\n{intervals_markdown(model_intervals(results))}\n\n"
         f"Item by item:\n\n{paired_markdown(pairs)}\n\n"
         "The weakest member beats the baseline (over all items: its interval above 0 supports, "
-        "below 0 contradicts, else cannot tell):\n\n" + ("\n".join(verdicts) or "- no population and baseline pair")
+        "below 0 contradicts, else cannot tell):\n\n"
+        + ("\n".join(verdicts) or "- no population and baseline pair")
+        + f"\n\n{FAILURES_INTRO}\n\n{counts_markdown(runs_counts(results))}\n\n"
+        "Where the differences come from: A − B split into its format and code parts (they sum to it, "
+        "but for sandbox failures and unclassified rows), and the classes of the items only one "
+        f"of the two passed:\n\n{flips_markdown(flips)}"
     )
     write_text_atomic(paired, out / "paired.md")
     return {"comparison": str(out / "comparison.md"), "paired": str(out / "paired.md"), "table": markdown}

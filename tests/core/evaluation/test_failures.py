@@ -42,9 +42,7 @@ HUMANEVAL_CASES = {
 
 
 def _classes(items: list[EvalItem], cases: dict[str, tuple[str, str]], pool) -> dict[str, str]:
-    verdicts = judge_answers(
-        items, [c for c, _ in cases.values()], pool, finish_reasons=[f for _, f in cases.values()]
-    )
+    verdicts = judge_answers(items, [c for c, _ in cases.values()], pool, finish_reasons=[f for _, f in cases.values()])
     return {name: v.failure for name, v in zip(cases, verdicts, strict=True)}
 
 

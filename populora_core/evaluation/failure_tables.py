@@ -1,0 +1,152 @@
+"""Failure classes as tables: per model and benchmark, how many answers fell in each class
+(`failures.py`); per paired comparison, which classes the flipped items moved between, and
+the difference of pass@1 split into its format and code parts.
+
+A's pass@1 minus B's is (B's failures − A's failures) / n, so it splits exactly by class:
+the *format part* sums the form classes (``failures.FORMAT``), the *code part* the classes of
+code that ran and was wrong (``failures.CODE``); what is left is the judge's own failures
+(``sandbox_failure``) and rows judged before classes existed (``unclassified``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from populora_core.evaluation.failures import CLASSES, CODE, FORMAT, UNCLASSIFIED
+from populora_core.evaluation.paired import ALL, MEAN, WEAKEST, run_models
+from populora_core.inference.base import BASE
+
+ORDER = (*CLASSES, UNCLASSIFIED)
+
+
+def failures_of(results: pd.DataFrame) -> pd.Series:
+    """Each row's class; ``unclassified`` where the part predates classes."""
+    if "failure" not in results.columns:
+        return pd.Series(UNCLASSIFIED, index=results.index)
+    return results["failure"].fillna(UNCLASSIFIED)
+
+
+def class_counts(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per (adapter, benchmark): the answers in each class that occurs, then the
+    format and code sums; columns in ``ORDER``."""
+    frame = results.assign(failure=failures_of(results))
+    counts = frame.groupby(["adapter_id", "benchmark"], sort=False)["failure"].value_counts().unstack(fill_value=0)
+    counts = counts[[c for c in ORDER if c in counts.columns]]
+    counts["format"] = counts[[c for c in FORMAT if c in counts.columns]].sum(axis=1)
+    counts["code"] = counts[[c for c in CODE if c in counts.columns]].sum(axis=1)
+    return counts.astype(int)
+
+
+def counts_markdown(counts: pd.DataFrame, names: Mapping[str, str] | None = None) -> str:
+    """``class_counts`` as Markdown (``names``: adapter id -> the label to print)."""
+    names = names or {}
+    columns = list(counts.columns)
+    lines = ["| model | benchmark | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
+    for (adapter, bench), row in counts.iterrows():
+        lines.append(f"| {names.get(adapter, adapter)} | {bench} | " + " | ".join(str(int(v)) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def runs_counts(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """``class_counts`` of every run's models, named as in ``paired.md``: the first run's base
+    model as ``base model``, each adapter as ``<run>: <adapter>``."""
+    frames = []
+    for k, (label, results) in enumerate(runs.items()):
+        counts = class_counts(results if k == 0 else results[results["adapter_id"] != BASE])
+        names = {a: "base model" if a == BASE else f"{label}: {a}" for a in counts.index.get_level_values(0)}
+        frames.append(counts.rename(index=names, level=0))
+    return pd.concat(frames).fillna(0).astype(int)
+
+
+def _item_failures(results: pd.DataFrame) -> pd.DataFrame:
+    frame = results.assign(failure=failures_of(results))
+    return frame.pivot_table(index=["benchmark", "item_id"], columns="adapter_id", values="failure", aggfunc="first")
+
+
+def model_failures(runs: Mapping[str, pd.DataFrame]) -> dict[str, pd.Series]:
+    """Per single model of ``runs`` (named as ``paired.run_models`` names them; the population
+    mean is not one model and has none), its class on every (benchmark, item_id)."""
+    out: dict[str, pd.Series] = {}
+    for k, (label, results) in enumerate(runs.items()):
+        classes = _item_failures(results)
+        for name in run_models(label, results, with_base=k == 0):
+            if name.endswith(MEAN):
+                continue
+            if name == "base model":
+                adapter = BASE
+            elif f": {WEAKEST} (" in name:
+                adapter = name.rsplit("(", 1)[1].rstrip(")")
+            else:
+                adapter = name.removeprefix(f"{label}: ")
+            out[name] = classes[adapter]
+    return out
+
+
+def _moves(failed: pd.Series) -> str:
+    counts = failed.value_counts()
+    return ", ".join(f"{c} {int(counts[c])}" for c in ORDER if c in counts.index) or "–"
+
+
+def flip_table(pairs: pd.DataFrame, failures: Mapping[str, pd.Series]) -> pd.DataFrame:
+    """For each single-model pair of ``pairs`` (``paired.paired_table``) and benchmark: the
+    difference of pass@1, its format and code parts, and the classes of the items that
+    flipped: where only B passed, A's class; where only A passed, B's."""
+    rows = []
+    for (a, b), _ in pairs.groupby(["a", "b"], sort=False):
+        if a not in failures or b not in failures:
+            continue
+        joined = pd.concat([failures[a].rename("a"), failures[b].rename("b")], axis=1, join="inner").dropna()
+        parts = list(joined.groupby(level="benchmark"))
+        if len(parts) > 1:
+            parts.append((ALL, joined))
+        for bench, part in parts:
+            n = len(part)
+            fa, fb = part["a"], part["b"]
+            lost_a, lost_b = fa[(fa != "passed") & (fb == "passed")], fb[(fb != "passed") & (fa == "passed")]
+
+            def share(kinds: tuple[str, ...], fa=fa, fb=fb, n=n) -> float:
+                return float(fb.isin(kinds).sum() - fa.isin(kinds).sum()) / n
+
+            rows.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "benchmark": bench,
+                    "n": n,
+                    "difference": float((fa == "passed").sum() - (fb == "passed").sum()) / n,
+                    "format_part": share(FORMAT),
+                    "code_part": share(CODE),
+                    "only_b_passed": _moves(lost_a),
+                    "only_a_passed": _moves(lost_b),
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "a",
+            "b",
+            "benchmark",
+            "n",
+            "difference",
+            "format_part",
+            "code_part",
+            "only_b_passed",
+            "only_a_passed",
+        ],
+    )
+
+
+def flips_markdown(table: pd.DataFrame) -> str:
+    lines = [
+        "| A | B | benchmark | items | A − B | of which format | of which code | only B passed: A's class | "
+        "only A passed: B's class |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table.itertuples(index=False):
+        lines.append(
+            f"| {r.a} | {r.b} | {r.benchmark} | {r.n} | {r.difference:+.3f} | {r.format_part:+.3f} | "
+            f"{r.code_part:+.3f} | {r.only_b_passed} | {r.only_a_passed} |"
+        )
+    return "\n".join(lines)
