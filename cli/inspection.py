@@ -144,14 +144,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return error(console, benchmarks)
     settings = (args.generation, benchmarks, args.limit, str(data_dir), args.max_new_tokens)
     if len(runs) == 1:
-        out = evaluate_flow(str(runs[0].root), *settings, not args.no_base)
+        out = evaluate_flow(str(runs[0].root), *settings, not args.no_base, args.protocol)
         console.print(out["table"])
         console.print(f"results: {out['results']}")
         return 0
     models = {str(run.model_path) for run in runs}
     if len(models) > 1:
         return error(console, f"the runs have different base models ({', '.join(sorted(models))}); compare runs of one")
-    out = evaluate_runs_flow([str(run.root) for run in runs], *settings, not args.no_base)
+    out = evaluate_runs_flow([str(run.root) for run in runs], *settings, not args.no_base, args.protocol)
     for one in out["runs"]:
         console.print(one["table"] + "\n")
     console.print(out["table"])

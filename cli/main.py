@@ -113,6 +113,7 @@ def _add_plan_parser(sub) -> None:
 def _add_inspection_parsers(sub) -> None:
     """status, analyze, evaluate, runs."""
     from populora_core.evaluation.benchmarks import BENCHMARKS, default_max_new_tokens
+    from populora_core.evaluation.items import PROTOCOLS
 
     status = sub.add_parser("status", help="what a run has done", description="Generations and stages of a run.")
     status.add_argument("run", help="run directory or run id")
@@ -157,6 +158,14 @@ def _add_inspection_parsers(sub) -> None:
         help=f"token cap per answer for every benchmark (default each benchmark's own: {caps})",
     )
     evaluate.add_argument("--no-base", action="store_true", help="skip the base model")
+    evaluate.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default="standard",
+        help="how answers are asked for: standard (each benchmark's prompt, one fenced block: the field's "
+        "tables) or trained (the code benchmarks in the reply format the adapters were trained on, "
+        "<think> then the block inside <answer>; results in eval/gen_NNNN-trained/)",
+    )
     _add_run_options(evaluate)
     evaluate.set_defaults(func=cmd_evaluate)
 

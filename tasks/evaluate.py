@@ -33,6 +33,7 @@ def evaluate_benchmark(
     limit: int | None,
     max_new_tokens: int | None,
     base: bool,
+    protocol: str = "standard",
 ) -> dict:
     """pass@1 completions of one benchmark (``max_new_tokens`` None: the benchmark's cap),
     judged; skipped when its part exists."""
@@ -44,28 +45,31 @@ def evaluate_benchmark(
         limit=limit,
         max_new_tokens=max_new_tokens,
         include_base=base,
+        protocol=protocol,
     )
 
 
 @task(name="evaluation-table", task_run_name="eval-table-gen{generation}", cache_policy=NO_CACHE)
-def evaluation_table(run_dir: str, generation: int, parts: list[str]) -> dict:
+def evaluation_table(run_dir: str, generation: int, parts: list[str], protocol: str = "standard") -> dict:
     """The pass@1 table of the benchmarks' parts, written and published in the UI."""
     from prefect.artifacts import create_markdown_artifact
 
     run = open_run(run_dir)
-    out = pipeline.evaluation_table(run, generation, parts)
-    create_markdown_artifact(key=artifact_key(run.run_id, generation, "-eval"), markdown=out["table"])
+    out = pipeline.evaluation_table(run, generation, parts, protocol)
+    suffix = "-eval" if protocol == "standard" else f"-eval-{protocol}"
+    create_markdown_artifact(key=artifact_key(run.run_id, generation, suffix), markdown=out["table"])
     return out
 
 
 @task(name="evaluation-comparison", cache_policy=NO_CACHE)
-def evaluation_comparison(runs: list[tuple[str, int]]) -> dict:
+def evaluation_comparison(runs: list[tuple[str, int]], protocol: str = "standard") -> dict:
     """Population versus base model over several evaluated runs, written beside the first
     run's evaluations and published in the UI."""
     from prefect.artifacts import create_markdown_artifact
 
     opened = [(open_run(run_dir), generation) for run_dir, generation in runs]
-    out = pipeline.comparison_table(opened)
+    out = pipeline.comparison_table(opened, protocol)
     first, generation = opened[0]
-    create_markdown_artifact(key=artifact_key(first.run_id, generation, "-eval-comparison"), markdown=out["table"])
+    suffix = "-eval-comparison" if protocol == "standard" else f"-eval-comparison-{protocol}"
+    create_markdown_artifact(key=artifact_key(first.run_id, generation, suffix), markdown=out["table"])
     return out

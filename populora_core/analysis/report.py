@@ -34,6 +34,7 @@ from populora_core.analysis.data import (
     teacher_table,
 )
 from populora_core.analysis.plots import DRAW
+from populora_core.evaluation.items import PROTOCOLS
 from populora_core.population.evolution import OPERATOR_NAMES
 
 PLOTS: tuple[str, ...] = tuple(DRAW)
@@ -160,16 +161,20 @@ def _claims_section(stats: Sequence[dict], heads: Sequence[dict]) -> list[str]:
 
 def _evaluation_section(runs: Sequence[RunData]) -> list[str]:
     """The held-out comparison and its paired tests (``populora evaluate`` of several runs
-    writes them under the first run's ``eval/``), from whichever run has them."""
-    for data in runs:
-        found = [data.run.root / "eval" / name for name in ("comparison.md", "paired.md")]
-        if all(path.is_file() for path in found):
-            lines = ["## Held-out evaluation", ""]
-            for path in found:
-                title, _, body = path.read_text().partition("\n")
-                lines += [f"**{title.lstrip('# ')}**", "", body.strip(), ""]
-            return lines
-    return []
+    writes them under the first run's ``eval/``), from whichever run has them; then the same
+    under the trained protocol (``eval/trained/``) where it was evaluated."""
+    lines: list[str] = []
+    for protocol in PROTOCOLS:
+        for data in runs:
+            where = data.run.comparison_dir(protocol)
+            found = [where / name for name in ("comparison.md", "paired.md")]
+            if all(path.is_file() for path in found):
+                lines += ["## Held-out evaluation" + ("" if protocol == "standard" else f", {protocol} protocol"), ""]
+                for path in found:
+                    title, _, body = path.read_text().partition("\n")
+                    lines += [f"**{title.lstrip('# ')}**", "", body.strip(), ""]
+                break
+    return lines
 
 
 def agreement_lines(runs: Sequence[RunData]) -> list[str]:

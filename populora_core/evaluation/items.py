@@ -4,7 +4,7 @@ fenced-block extraction code answers are read with."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 CODE_SYSTEM = "You are an expert Python programmer."
 MATH_SYSTEM = "You are a careful mathematician."
@@ -19,6 +19,34 @@ class EvalItem:
     messages: tuple[dict, ...]
     kind: str  # how an answer is judged: a key of benchmarks.PROGRAM_CHECKS or benchmarks.TEXT_JUDGES
     data: dict = field(default_factory=dict, repr=False)
+    prefill: str = ""
+    """The start of the answer, given (the trained protocol's ``<think>``)."""
+    stop: tuple[str, ...] = ()
+    """Generation ends after any of these."""
+
+
+PROTOCOLS = ("standard", "trained")
+"""How an answer is asked for. ``standard``: each benchmark's own prompt, the answer in one
+fenced block (the protocol of the field's tables). ``trained``: the code benchmarks' prompts
+in the format the adapters were trained on (the student's system prompt and reply format:
+reasoning inside ``<think></think>``, the answer block inside ``<answer></answer>``, the
+reply started with ``<think>``, generation stopped at ``</answer>``); math is unchanged (the
+training has no math). The judge is the same under both: it reads the last fenced block
+wherever it is."""
+TRAINED_KINDS = ("code", "livecodebench", "cruxeval_o", "cruxeval_i")
+
+
+def with_protocol(item: EvalItem, protocol: str) -> EvalItem:
+    """``item`` asked for under ``protocol`` (``PROTOCOLS``)."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; protocols: {', '.join(PROTOCOLS)}")
+    if protocol == "standard" or item.kind not in TRAINED_KINDS:
+        return item
+    from populora_core.problems.prompts import ASSISTANT_PREFILL, STOP_STRINGS, STUDENT_FORMAT, SYSTEM
+
+    user = next(m["content"] for m in reversed(item.messages) if m["role"] == "user")
+    messages = chat(SYSTEM, f"{STUDENT_FORMAT}\n\n{user}")
+    return replace(item, messages=messages, prefill=ASSISTANT_PREFILL, stop=STOP_STRINGS)
 
 
 def chat(system: str, user: str) -> tuple[dict, ...]:

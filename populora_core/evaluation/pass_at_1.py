@@ -90,8 +90,13 @@ def evaluate(
 ) -> pd.DataFrame:
     """Greedy completions of every item by every adapter (``BASE`` for the base model), judged
     (``progress``: the progress bar's label)."""
-    params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
-    requests = [GenerationRequest(prompt=list(i.messages), adapter=a) for a in adapters for i in items]
+    stops = {i.stop for i in items}
+    if len(stops) > 1:
+        raise ValueError("one evaluate() call asks every item under one protocol (their stop strings differ)")
+    params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=next(iter(stops), ()))
+    requests = [
+        GenerationRequest(prompt=list(i.messages), adapter=a, prefill=i.prefill) for a in adapters for i in items
+    ]
     outputs = backend.generate(requests, params, progress=progress)
     texts = [o[0].text for o in outputs]
     reasons = [o[0].finish_reason for o in outputs]

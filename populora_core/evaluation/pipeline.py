@@ -33,6 +33,7 @@ from populora_core.evaluation.failure_tables import (
     model_failures,
     runs_counts,
 )
+from populora_core.evaluation.items import with_protocol
 from populora_core.evaluation.paired import (
     intervals_markdown,
     model_intervals,
@@ -99,11 +100,13 @@ def evaluate_benchmark(
     max_new_tokens: int | None = None,
     include_base: bool = True,
     chunk: int | None = None,
+    protocol: str = "standard",
 ) -> dict:
     """Greedy pass@1 completions of the snapshot's adapters (and the base model) on one
     benchmark, judged (code in the sandbox), at most ``max_new_tokens`` tokens each (None:
     the benchmark's default), ``chunk`` items at a time (None: ``chunk_items``), each chunk
-    kept until the part is whole; returns {path, rows, cached}."""
+    kept until the part is whole, asked under ``protocol`` (``items.PROTOCOLS``); returns
+    {path, rows, cached}."""
     from populora_core.engine import runtime_of
 
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()  # evaluation.datasets
@@ -111,12 +114,13 @@ def evaluate_benchmark(
     served = run.adapter_dirs(generation)
     adapters = [*([BASE] if include_base else []), *served]
     chunk = chunk or chunk_items(len(adapters))
-    path = run.eval_part(generation, benchmark, settings_key(data_dir, limit, max_new_tokens, include_base, chunk))
+    key = settings_key(data_dir, limit, max_new_tokens, include_base, chunk)
+    path = run.eval_part(generation, benchmark, key, protocol)
     chunks = path.with_suffix(".chunks")
     if path.is_file():
         shutil.rmtree(chunks, ignore_errors=True)  # left by a kill between the part and the cleanup
         return {"path": str(path), "rows": read_parquet(path).num_rows, "cached": True}
-    items = load_benchmark(benchmark, Path(data_dir), limit)
+    items = [with_protocol(i, protocol) for i in load_benchmark(benchmark, Path(data_dir), limit)]
     starts = range(0, len(items), chunk)
     runtime, frames = None, []
     for k, start in enumerate(starts):
@@ -145,26 +149,31 @@ FAILURES_INTRO = (
 )
 
 
-def evaluation_table(run: RunDir, generation: int, parts: Sequence[str]) -> dict:
+def evaluation_table(run: RunDir, generation: int, parts: Sequence[str], protocol: str = "standard") -> dict:
     """Joins the benchmark parts into results (adapter by adapter, as one batch over every
     benchmark would give them), the pass@1 tables and their Markdown (all atomic)."""
     results = _adapter_by_adapter(pd.concat([read_parquet(p).to_pandas() for p in parts], ignore_index=True))
     table = pass_at_1(results)
-    out = run.eval_dir(generation)
+    out = run.eval_dir(generation, protocol)
     write_parquet_atomic(results, out / "results.parquet")
     write_parquet_atomic(table, out / "pass_at_1.parquet")
     write_parquet_atomic(scores_table(table).reset_index(), out / "scores.parquet")
     counts = class_counts(results)
     write_parquet_atomic(counts.reset_index(), out / "failures.parquet")
     markdown = (
-        f"# {run.run_id}: pass@1, population of generation {generation}\n\n{markdown_table(table)}\n\n"
+        f"# {run.run_id}: pass@1, population of generation {generation}{_titled(protocol)}\n\n"
+        f"{markdown_table(table)}\n\n"
         f"{FAILURES_INTRO}\n\n{counts_markdown(counts, {BASE: 'base model'})}"
     )
     write_text_atomic(markdown, out / "pass_at_1.md")
     return {"results": str(out / "results.parquet"), "pass_at_1": str(out / "pass_at_1.parquet"), "table": markdown}
 
 
-def comparison_table(runs: Sequence[tuple[RunDir, int]]) -> dict:
+def _titled(protocol: str) -> str:
+    return "" if protocol == "standard" else f", {protocol} protocol (docs/evaluation.md#protocols)"
+
+
+def comparison_table(runs: Sequence[tuple[RunDir, int]], protocol: str = "standard") -> dict:
     """The population-versus-baseline table of several evaluated runs ((run, generation)
     pairs, each with its ``pass_at_1.parquet``), written to ``<first run>/eval/comparison.md``
     and ``comparison.parquet``; and their paired comparisons item by item (``paired``:
@@ -172,19 +181,19 @@ def comparison_table(runs: Sequence[tuple[RunDir, int]]) -> dict:
     verdict against each baseline) in ``paired.md`` and ``paired.parquet``."""
     tables, results, single = {}, {}, []
     for run, generation in runs:
-        path = run.eval_dir(generation) / "pass_at_1.parquet"
+        path = run.eval_dir(generation, protocol) / "pass_at_1.parquet"
         if not path.is_file():
             raise FileNotFoundError(f"{run.run_id} has no evaluation of generation {generation} ({path})")
         label = f"{run.run_id} gen {generation}"
         tables[label] = read_parquet(path).to_pandas()
-        results[label] = read_parquet(run.eval_dir(generation) / "results.parquet").to_pandas()
+        results[label] = read_parquet(run.eval_dir(generation, protocol) / "results.parquet").to_pandas()
         if run.config().population.single_agent:
             single.append(label)
     frame = comparison(tables)
     first = runs[0][0]
-    out = first.root / "eval"
+    out = first.comparison_dir(protocol)
     write_parquet_atomic(frame.rename_axis("model").reset_index(), out / "comparison.parquet")
-    title = "pass@1: population versus base model, " + ", ".join(tables)
+    title = "pass@1: population versus base model, " + ", ".join(tables) + _titled(protocol)
     markdown = f"# {title}\n\n" + comparison_markdown(frame)
     write_text_atomic(markdown, out / "comparison.md")
     pairs = paired_table(results, single_agent=single)
@@ -193,7 +202,7 @@ def comparison_table(runs: Sequence[tuple[RunDir, int]]) -> dict:
     flips = flip_table(pairs, model_failures(results))
     write_parquet_atomic(flips, out / "paired_failures.parquet")
     paired = (
-        f"# Paired comparisons, {', '.join(tables)}\n\n"
+        f"# Paired comparisons, {', '.join(tables)}{_titled(protocol)}\n\n"
         f"pass@1 of every model [95% Wilson interval]:\n\n{intervals_markdown(model_intervals(results))}\n\n"
         f"Item by item:\n\n{paired_markdown(pairs)}\n\n"
         "The weakest member beats the baseline (over all items: its interval above 0 supports, "

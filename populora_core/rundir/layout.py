@@ -64,13 +64,19 @@ class RunLayout:
         """Adapters after the generation's update, before evolution."""
         return self.gen(generation) / "updated"
 
-    def eval_dir(self, generation: int) -> Path:
-        """Held-out evaluation of the snapshot ``generation``."""
-        return self.root / "eval" / f"gen_{generation:04d}"
+    def eval_dir(self, generation: int, protocol: str = "standard") -> Path:
+        """Held-out evaluation of the snapshot ``generation`` (another ``protocol`` than the
+        standard one: ``gen_NNNN-<protocol>``, beside it)."""
+        suffix = "" if protocol == "standard" else f"-{protocol}"
+        return self.root / "eval" / f"gen_{generation:04d}{suffix}"
 
-    def eval_part(self, generation: int, benchmark: str, settings: str) -> Path:
+    def eval_part(self, generation: int, benchmark: str, settings: str, protocol: str = "standard") -> Path:
         """One benchmark's judged completions under one set of evaluation settings."""
-        return self.eval_dir(generation) / "parts" / f"{benchmark}-{settings}.parquet"
+        return self.eval_dir(generation, protocol) / "parts" / f"{benchmark}-{settings}.parquet"
+
+    def comparison_dir(self, protocol: str = "standard") -> Path:
+        """Where a comparison of several runs' evaluations is written (this run first)."""
+        return self.root / "eval" if protocol == "standard" else self.root / "eval" / protocol
 
     @property
     def report_dir(self) -> Path:

@@ -6,6 +6,7 @@ import json
 
 from populora_core.analysis.data import load_run, solve_rates
 from populora_core.analysis.report import PLOTS
+from populora_core.evaluation.failures import CLASSES
 from tests.flows.conftest import REPO, populora
 
 DATA = REPO.parent / "shared" / "data"  # the tests read the public benchmark files from here
@@ -69,6 +70,10 @@ def test_evaluate_scores_base_and_every_adapter_through_the_flow(reference_run, 
     for stat in ("mean", "min", "max"):
         assert (table["adapter_id"] == f"population {stat}").sum() == 3
     assert "pass@1" in result.stdout or "adapter" in result.stdout
+    # every answer has its class and how its generation ended, and the table counts them
+    assert set(results["failure"]) <= set(CLASSES) and set(results["finish_reason"]) <= {"stop", "eos", "length"}
+    assert results["correct"].equals(results["failure"] == "passed")
+    assert "Why answers failed" in result.stdout and (out / "failures.parquet").is_file()
     # one part per benchmark; a second evaluation with the same settings judges nothing again
     parts = sorted((out / "parts").glob("*.parquet"))
     assert [p.name.split("-")[0] for p in parts] == ["cruxeval_o", "gsm8k", "humaneval"]
@@ -116,3 +121,35 @@ def test_a_killed_evaluation_keeps_its_judged_chunks_and_ends_equal_to_an_uninte
     assert calls == ["evaluate humaneval 2/3", "evaluate humaneval 3/3"]  # the first chunk was kept
     pd.testing.assert_frame_equal(pd.read_parquet(again["path"]), uninterrupted)
     assert not list((reference_run.eval_dir(generation) / "parts").glob("*.chunks"))
+
+
+def test_the_trained_protocol_asks_in_the_training_format_beside_the_standard_evaluation(reference_run, monkeypatch):
+    """A spy on the real backend (it generates as usual) reads what the evaluation asked."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from populora_core.evaluation import pipeline
+    from populora_core.inference.hf import HFBackend
+    from populora_core.problems.prompts import ASSISTANT_PREFILL, STOP_STRINGS, SYSTEM
+
+    asked, real = [], HFBackend.generate
+
+    def spy(self, requests, params, **kwargs):
+        asked.append((list(requests), params))
+        return real(self, requests, params, **kwargs)
+
+    monkeypatch.setattr(HFBackend, "generate", spy)
+    generation = reference_run.next_generation()
+    settings = {"data_dir": DATA, "limit": 2, "max_new_tokens": 8, "protocol": "trained"}
+    part = pipeline.evaluate_benchmark(reference_run, generation, "humaneval", **settings)
+    assert Path(part["path"]).parent.parent == reference_run.eval_dir(generation, "trained")
+    assert reference_run.eval_dir(generation, "trained") != reference_run.eval_dir(generation)
+    [(requests, params)] = asked
+    assert params.stop == STOP_STRINGS and {r.prefill for r in requests} == {ASSISTANT_PREFILL}
+    assert {r.prompt[0]["content"] for r in requests} == {SYSTEM}
+    results = pd.read_parquet(part["path"])
+    assert set(results["failure"]) <= set(CLASSES)
+    table = pipeline.evaluation_table(reference_run, generation, [part["path"]], "trained")
+    assert "trained protocol" in table["table"]
+    assert (reference_run.eval_dir(generation, "trained") / "results.parquet").is_file()
