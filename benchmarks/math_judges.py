@@ -1,0 +1,155 @@
+"""The project's math judge against Hugging Face's math-verify (docs/evaluation.md#math-judges).
+
+Two sets of answers, each judged by both:
+
+- **reference answers**, where the truth is known: every gold answer written as a model
+  writes it (``\\boxed{gold}``; GSM8K ``#### gold``), MATH-500's published worked solutions
+  (they end in a ``\\boxed{}`` that is right), and the same texts paired with the next item's
+  gold (wrong, unless the two golds are equal as written, which are left out);
+- **model answers**: greedy answers of ``--model`` (the base model, the evaluation's own
+  prompts and caps up to ``--max-new-tokens``) to the first ``--items`` items of MATH-500,
+  GSM8K, AMC 2023 and AIME 2024, generated once into ``--answers`` (a Parquet file) and
+  read from it after.
+
+math-verify runs with its LaTeX and number paths only: its plain-expression path gives the
+model's text to sympy's ``parse_expr``, which evaluates it with Python's ``eval``, so that path
+is refused here (``parse_expr_cached`` replaced by one that raises), as the project never
+executes model text outside the sandbox. math-verify 0.9.0 comes with the project's
+``bench`` extra (`make setup`); training and evaluation do not use it.
+
+    .venv/bin/python benchmarks/math_judges.py [--items 48] [--answers runs/math-answers.parquet]
+
+Final line (JSON): per set and benchmark, the answers, how many each judge accepts, how
+often they agree, and (reference answers) how often each is right; the model answers the
+two judges disagree on are printed before it, for reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from populora_core.evaluation.benchmarks import judge_text, load_benchmark
+from populora_core.evaluation.datasets import data_dir as default_data_dir
+from populora_core.evaluation.mathnorm import last_boxed, strip_string
+
+BENCHMARKS = ("math500", "gsm8k", "amc23", "aime24")
+
+
+def math_verify_judge():
+    """``judge(gold, answer) -> bool`` by math-verify, its plain-expression path refused."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+    from math_verify import parser as mv_parser
+
+    def refuse(expr: str):
+        raise ValueError("plain-expression parsing evaluates model text with eval(); refused")
+
+    mv_parser.parse_expr_cached = refuse
+    configs = [LatexExtractionConfig(), ExprExtractionConfig()]
+
+    def judge(gold: str, answer: str) -> bool:
+        gold_parsed = parse(f"${gold}$" if not gold.strip().startswith("$") else gold, extraction_config=configs)
+        return bool(verify(gold_parsed, parse(answer, extraction_config=configs)))
+
+    return judge
+
+
+def gold_text(item) -> str:
+    gold = item.data["gold"]
+    return str(int(gold)) if isinstance(gold, float) and gold.is_integer() else str(gold)
+
+
+def reference_answers(data_dir: Path) -> list[tuple[str, object, str, bool]]:
+    """(set, item, answer text, truth) for every reference answer."""
+    out = []
+    for bench in BENCHMARKS:
+        items = load_benchmark(bench, data_dir)
+        for item in items:
+            gold = gold_text(item)
+            out.append(
+                ("gold", item, f"#### {gold}" if bench == "gsm8k" else f"The answer is $\\boxed{{{gold}}}$.", True)
+            )
+    items = load_benchmark("math500", data_dir)
+    records = [json.loads(line) for line in (data_dir / "math500" / "test.jsonl").read_text().splitlines()]
+    solutions = {r["unique_id"]: r["solution"] for r in records}
+    for k, item in enumerate(items):
+        text = solutions[item.item_id]
+        if last_boxed(text) is None:
+            continue
+        out.append(("solution", item, text, True))
+        other = items[(k + 1) % len(items)]
+        if strip_string(other.data["gold"]) != strip_string(item.data["gold"]):
+            out.append(("solution, next gold", other, text, False))
+    return out
+
+
+def model_answers(path: Path, data_dir: Path, model: str, items_per: int, max_new_tokens: int) -> pd.DataFrame:
+    if path.is_file():
+        return pd.read_parquet(path)
+    from populora_core.evaluation.benchmarks import default_max_new_tokens
+    from populora_core.evaluation.pass_at_1 import evaluate
+    from populora_core.inference.base import BASE
+    from populora_core.inference.hf import HFBackend
+    from populora_core.models import load_model, resolve_model
+
+    base, tokenizer = load_model(resolve_model(model), dtype="auto")
+    backend = HFBackend(None, model=base, tokenizer=tokenizer, batch_size=16)
+    frames = []
+    for bench in BENCHMARKS:
+        items = load_benchmark(bench, data_dir, items_per)
+        cap = min(max_new_tokens, default_max_new_tokens(bench))
+        frames.append(evaluate(backend, [BASE], items, None, max_new_tokens=cap, progress=f"answers {bench}"))
+    answers = pd.concat(frames, ignore_index=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    answers.to_parquet(path)
+    return answers
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data-dir", type=Path, default=None)
+    ap.add_argument("--answers", type=Path, default=Path("runs/math-answers.parquet"))
+    ap.add_argument("--model", default="embedded:qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--items", type=int, default=48, help="items per benchmark for the model answers")
+    ap.add_argument("--max-new-tokens", type=int, default=512)
+    args = ap.parse_args()
+    data_dir = args.data_dir or default_data_dir()
+    answers = model_answers(args.answers, data_dir, args.model, args.items, args.max_new_tokens)
+    theirs = math_verify_judge()
+    figures: dict[str, dict] = {}
+
+    def record(key: str, ours: bool, mv: bool, truth: bool | None) -> None:
+        f = figures.setdefault(key, {"n": 0, "ours": 0, "math_verify": 0, "agree": 0})
+        f["n"] += 1
+        f["ours"] += ours
+        f["math_verify"] += mv
+        f["agree"] += ours == mv
+        if truth is not None:
+            f["ours_right"] = f.get("ours_right", 0) + (ours == truth)
+            f["math_verify_right"] = f.get("math_verify_right", 0) + (mv == truth)
+
+    misses = []
+    for kind, item, text, truth in reference_answers(data_dir):
+        ours, mv = judge_text(item, text), theirs(gold_text(item), text)
+        record(f"reference {kind} / {item.benchmark}", ours, mv, truth)
+        if ours != truth or mv != truth:
+            misses.append((kind, item.item_id, gold_text(item), text[-160:], ours, mv))
+    for m in misses:
+        print("reference miss:", m, file=sys.stderr)
+    by_id = {(i.benchmark, i.item_id): i for b in BENCHMARKS for i in load_benchmark(b, data_dir, args.items)}
+    for r in answers.itertuples():
+        item = by_id[(r.benchmark, r.item_id)]
+        ours, mv = judge_text(item, r.completion), theirs(gold_text(item), r.completion)
+        record(f"model / {r.benchmark}", ours, mv, None)
+        if ours != mv:
+            print(f"disagree {r.item_id}: gold {gold_text(item)!r}; ours {ours}, math-verify {mv}; "
+                  f"answer ends {r.completion[-200:]!r}", file=sys.stderr)  # fmt: skip
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
