@@ -31,6 +31,7 @@ judge cannot read as a value where it compares values); ``wrong``.
 from __future__ import annotations
 
 import ast
+import json
 import re
 
 from populora_core.evaluation.code_suites import complete_code
@@ -99,10 +100,8 @@ def _arity(item: EvalItem) -> int | None:
     """How many arguments the benchmark passes its entry point (its first test input)."""
     plus = item.data.get("plus")
     if plus:
-        import json
-
-        inputs = json.loads(plus["inputs_json"])
-        return len(inputs[0]) if inputs else None
+        text = plus["inputs_json"]  # "[[...], ...]": only the first input is decoded
+        return None if text.startswith("[]") else len(json.JSONDecoder().raw_decode(text, 1)[0])
     tree = parse(item.data.get("prompt") or "")
     entry = item.data.get("entry_point")
     for node in tree.body if tree else ():
