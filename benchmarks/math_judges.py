@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -87,6 +88,46 @@ def reference_answers(data_dir: Path) -> list[tuple[str, object, str, bool]]:
     return out
 
 
+_FRAC = re.compile(r"^\\frac\{(-?\d+)\}\{(\d+)\}$")
+_INT = re.compile(r"^-?\d+$")
+
+
+def rewrites(gold: str) -> list[tuple[str, str, bool]]:
+    """(rewrite, answer, truth): MATH-500 gold answers written another way a model writes
+    them (equal), and near misses (not equal); only the rewrites that apply to ``gold``."""
+    out = []
+    if "\\frac" in gold:
+        out.append(("\\dfrac", gold.replace("\\frac", "\\dfrac"), True))
+    if "\\left" in gold:
+        out.append(("no \\left \\right", gold.replace("\\left", "").replace("\\right", ""), True))
+    frac = _FRAC.match(gold)
+    if frac:
+        a, b = int(frac.group(1)), int(frac.group(2))
+        out.append(("a/b", f"{a}/{b}", True))
+        if b in (2, 4, 5, 8, 10, 20, 25, 40, 50, 100):
+            out.append(("decimal", repr(a / b), True))
+        out.append(("numerator + 1", f"\\frac{{{a + 1}}}{{{b}}}", False))
+    if _INT.match(gold):
+        n = int(gold)
+        out += [("x = n", f"x = {n}", True), ("n.0", f"{n}.0", True), ("n + 1", str(n + 1), False)]
+        if abs(n) >= 1000:
+            out.append(("thousands comma", f"{n:,}", True))
+    if "^\\circ" in gold:
+        out.append(("no degree sign", gold.replace("^\\circ", ""), True))
+    if "\\text{" in gold and _INT.match(re.sub(r"\\text\{[^}]*\}", "", gold).strip()):
+        out.append(("no unit", re.sub(r"\\text\{[^}]*\}", "", gold).strip(), True))
+    return out
+
+
+def rewritten_answers(data_dir: Path) -> list[tuple[str, object, str, bool]]:
+    """(set, item, answer text, truth) for every rewrite of every MATH-500 gold answer."""
+    return [
+        (f"rewrite {name}", item, f"The answer is $\\boxed{{{text}}}$.", truth)
+        for item in load_benchmark("math500", data_dir)
+        for name, text, truth in rewrites(item.data["gold"])
+    ]
+
+
 def model_answers(path: Path, data_dir: Path, model: str, items_per: int, max_new_tokens: int) -> pd.DataFrame:
     if path.is_file():
         return pd.read_parquet(path)
@@ -133,7 +174,7 @@ def main() -> None:
             f["math_verify_right"] = f.get("math_verify_right", 0) + (mv == truth)
 
     misses = []
-    for kind, item, text, truth in reference_answers(data_dir):
+    for kind, item, text, truth in reference_answers(data_dir) + rewritten_answers(data_dir):
         ours, mv = judge_text(item, text), theirs(gold_text(item), text)
         record(f"reference {kind} / {item.benchmark}", ours, mv, truth)
         if ours != truth or mv != truth:
