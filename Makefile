@@ -81,7 +81,7 @@ test: setup vllm-env
 	$(BIN)/ruff check .
 	@set +e; $(BIN)/pytest -q -m "not slow"; rc=$$?; ./scripts/dockerd.sh stop; exit $$rc
 
-## test-slow: the tests marked slow (every MBPP+ canonical solution judged; a SIGKILL during every stage; the paper run on Ray; a fresh vLLM server repeating seeded samples)
+## test-slow: the tests marked slow (a SIGKILL during every stage; the paper run on Ray; a fresh vLLM server repeating seeded samples)
 test-slow: setup vllm-env
 	@./scripts/dockerd.sh start
 	@./docker/build_image.sh
