@@ -14,8 +14,9 @@ Two sets of answers, each judged by both:
 math-verify runs with its LaTeX and number paths only: its plain-expression path gives the
 model's text to sympy's ``parse_expr``, which evaluates it with Python's ``eval``, so that path
 is refused here (``parse_expr_cached`` replaced by one that raises), as the project never
-executes model text outside the sandbox. math-verify 0.9.0 comes with the project's
-``bench`` extra (`make setup`); training and evaluation do not use it.
+executes model text outside the sandbox. The project's MATH-500 judge is now math-verify
+(`evaluation/mathverify.py`): "ours" below is the normalised-string comparison it replaced
+there (``mathnorm.math_equal``) for MATH-500, the project's judge elsewhere.
 
     .venv/bin/python benchmarks/math_judges.py [--items 48] [--answers runs/math-answers.parquet]
 
@@ -36,7 +37,7 @@ import pandas as pd
 
 from populora_core.evaluation.benchmarks import judge_text, load_benchmark
 from populora_core.evaluation.datasets import data_dir as default_data_dir
-from populora_core.evaluation.mathnorm import last_boxed, strip_string
+from populora_core.evaluation.mathnorm import last_boxed, math_equal, strip_string
 
 BENCHMARKS = ("math500", "gsm8k", "amc23", "aime24")
 
@@ -57,6 +58,15 @@ def math_verify_judge():
         return bool(verify(gold_parsed, parse(answer, extraction_config=configs)))
 
     return judge
+
+
+def ours(item, text: str) -> bool:
+    """The project's own judge: for MATH-500 the normalised-string comparison (``math_equal``)
+    that math-verify replaced there, elsewhere the evaluation's judge."""
+    if item.kind == "math":
+        answer = last_boxed(text)
+        return answer is not None and math_equal(answer, item.data["gold"])
+    return judge_text(item, text)
 
 
 def gold_text(item) -> str:
@@ -175,19 +185,19 @@ def main() -> None:
 
     misses = []
     for kind, item, text, truth in reference_answers(data_dir) + rewritten_answers(data_dir):
-        ours, mv = judge_text(item, text), theirs(gold_text(item), text)
-        record(f"reference {kind} / {item.benchmark}", ours, mv, truth)
-        if ours != truth or mv != truth:
-            misses.append((kind, item.item_id, gold_text(item), text[-160:], ours, mv))
+        got, mv = ours(item, text), theirs(gold_text(item), text)
+        record(f"reference {kind} / {item.benchmark}", got, mv, truth)
+        if got != truth or mv != truth:
+            misses.append((kind, item.item_id, gold_text(item), text[-160:], got, mv))
     for m in misses:
         print("reference miss:", m, file=sys.stderr)
     by_id = {(i.benchmark, i.item_id): i for b in BENCHMARKS for i in load_benchmark(b, data_dir, args.items)}
     for r in answers.itertuples():
         item = by_id[(r.benchmark, r.item_id)]
-        ours, mv = judge_text(item, r.completion), theirs(gold_text(item), r.completion)
-        record(f"model / {r.benchmark}", ours, mv, None)
-        if ours != mv:
-            print(f"disagree {r.item_id}: gold {gold_text(item)!r}; ours {ours}, math-verify {mv}; "
+        got, mv = ours(item, r.completion), theirs(gold_text(item), r.completion)
+        record(f"model / {r.benchmark}", got, mv, None)
+        if got != mv:
+            print(f"disagree {r.item_id}: gold {gold_text(item)!r}; ours {got}, math-verify {mv}; "
                   f"answer ends {r.completion[-200:]!r}", file=sys.stderr)  # fmt: skip
     print(json.dumps(figures))
 

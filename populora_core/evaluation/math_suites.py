@@ -2,7 +2,8 @@
 after ``####``); answers are compared as text and numbers, never executed.
 
 - gsm8k: `gsm8k/test.jsonl` (1319); the number after ``####``, equal as numbers.
-- math500: `math500/test.jsonl` (500); equal after Hendrycks et al.'s normalisation.
+- math500: `math500/test.jsonl` (500); equal by math-verify's LaTeX and number paths
+  (`mathverify.py`), else after Hendrycks et al.'s normalisation.
 - aime24: `aime24/test.jsonl` (30); integers ("025" is 25).
 - aime25: `aime25/aime2025-I.jsonl` + `-II.jsonl` (30); integers after the same
   normalisation (the gold "336^\\circ" is 336).
@@ -27,6 +28,7 @@ from populora_core.evaluation.items import MATH_SYSTEM, EvalItem, chat, math_pro
 from populora_core.evaluation.mathequiv import answers_equal
 from populora_core.evaluation.mathexpr import value
 from populora_core.evaluation.mathnorm import last_boxed, math_equal, number_equal, strip_string
+from populora_core.evaluation.mathverify import verifier
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -119,9 +121,13 @@ def judge_number(item: EvalItem, completion: str) -> bool:
 
 
 def judge_math(item: EvalItem, completion: str) -> bool:
-    """MATH-500: the last boxed answer equals the gold after Hendrycks et al.'s normalisation."""
+    """MATH-500: the last boxed answer equals the gold by math-verify (`mathverify.py`); where
+    it gives no verdict, after Hendrycks et al.'s normalisation."""
     answer = last_boxed(completion)
-    return answer is not None and math_equal(answer, item.data["gold"])
+    if answer is None:
+        return False
+    verdict = verifier().equal(f"${item.data['gold']}$", f"$\\boxed{{{answer}}}$")
+    return math_equal(answer, item.data["gold"]) if verdict is None else verdict
 
 
 def _boxed_value(completion: str) -> complex | None:

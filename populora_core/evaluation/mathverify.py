@@ -1,0 +1,92 @@
+"""Hugging Face's math-verify as a judge, in a worker process with a hard time limit.
+
+MATH-500 answers are judged by it (docs/evaluation.md#math-judges-ours-and-math-verify: it
+accepts `9.0` for 9, `2,220` for 2220 and `1.5` for 3/2, which the normalised-string MATH
+comparison rejects). Only its LaTeX and number paths run: its plain-expression path hands
+the text to sympy's ``parse_expr``, which evaluates it with Python's ``eval``, so that path
+is replaced in the worker by one that refuses. math-verify's own time limits use
+``SIGALRM``, which works only in a process's main thread: the worker is its own process
+(its main thread), and the caller waits at most ``timeout_s`` for each answer before it
+kills the worker and starts another.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing as mp
+import threading
+
+_SECONDS = 5  # math-verify's own parsing and comparison limits, inside the worker
+
+
+def _serve(conn) -> None:  # pragma: no cover - runs in the worker process
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+    from math_verify import parser as mv_parser
+
+    def refuse(expr: str):
+        raise ValueError("plain-expression parsing would eval() model text; refused")
+
+    mv_parser.parse_expr_cached = refuse
+    configs = [LatexExtractionConfig(), ExprExtractionConfig()]
+    while True:
+        try:
+            gold, answer = conn.recv()
+        except EOFError:
+            return
+        try:
+            golds = parse(gold, extraction_config=configs, parsing_timeout=_SECONDS)
+            got = parse(answer, extraction_config=configs, parsing_timeout=_SECONDS)
+            result = bool(golds and got and verify(golds, got, timeout_seconds=_SECONDS))
+        except Exception:  # noqa: BLE001 - an answer the library cannot read: no verdict
+            result = None
+        conn.send(result)
+
+
+class MathVerifier:
+    """``equal(gold, answer)``: math-verify's verdict, or None (no verdict: it raised, or the
+    worker took longer than ``timeout_s`` and was replaced)."""
+
+    def __init__(self, timeout_s: float = 20.0) -> None:
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._proc = None
+        self._conn = None
+
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")  # a fresh interpreter: nothing of the caller's threads or state
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child,), daemon=True, name="populora-math-verify")
+        self._proc.start()
+        child.close()
+
+    def equal(self, gold: str, answer: str) -> bool | None:
+        with self._lock:
+            if self._proc is None or not self._proc.is_alive():
+                self._start()
+            self._conn.send((gold, answer))
+            if self._conn.poll(self.timeout_s):
+                try:
+                    return self._conn.recv()
+                except EOFError:
+                    pass
+            self.close()  # hung or dead: the next answer gets a fresh worker
+            return None
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join(5)
+            self._conn.close()
+        self._proc = self._conn = None
+
+
+_VERIFIER: MathVerifier | None = None
+
+
+def verifier() -> MathVerifier:
+    """The process's verifier, started at the first answer, closed at exit."""
+    global _VERIFIER
+    if _VERIFIER is None:
+        _VERIFIER = MathVerifier()
+        atexit.register(_VERIFIER.close)
+    return _VERIFIER
