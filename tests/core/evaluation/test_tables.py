@@ -12,6 +12,7 @@ import pytest
 from populora_core.evaluation import pipeline
 from populora_core.evaluation.benchmarks import BENCHMARKS, default_max_new_tokens, family, get_benchmark
 from populora_core.evaluation.tables import comparison, markdown_table, pass_at_1, scores_table
+from populora_core.rundir.layout import RunLayout
 from tests.core.evaluation.conftest import DATA
 
 # pass@1 per (model, benchmark) of a hand-made population: two adapters and the base model
@@ -72,21 +73,17 @@ def test_comparison_shows_the_base_model_once_and_each_runs_population():
     assert list(frame.columns)[-2:] == ["code average", "math average"]
 
 
-class _Run:
-    """What the evaluation stages read of a run directory."""
+class _Run(RunLayout):
+    """What the evaluation stages read of a run directory: the real layout, a stand-in config
+    and adapters (no run was trained)."""
 
     def __init__(self, root: Path, single_agent: bool = False) -> None:
-        self.root, self.run_id, self.single_agent = root, root.name, single_agent
+        super().__init__(root)
+        self.single_agent = single_agent  # run_id: the layout's, the folder's name
         self.model_path = root / "model"
 
     def config(self) -> SimpleNamespace:
         return SimpleNamespace(population=SimpleNamespace(single_agent=self.single_agent))
-
-    def eval_dir(self, generation: int) -> Path:
-        return self.root / "eval" / f"gen_{generation:04d}"
-
-    def eval_part(self, generation: int, benchmark: str, settings: str) -> Path:
-        return self.eval_dir(generation) / "parts" / f"{benchmark}-{settings}.parquet"
 
     def adapter_dirs(self, generation: int) -> dict[str, Path]:
         return {name: self.root / name for name in ("a", "b")}
