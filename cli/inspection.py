@@ -143,8 +143,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if isinstance(benchmarks, str):
         return error(console, benchmarks)
     settings = (args.generation, benchmarks, args.limit, str(data_dir), args.max_new_tokens)
-    if len(runs) == 1:
-        out = evaluate_flow(str(runs[0].root), *settings, not args.no_base, args.protocol)
+    if len(runs) == 1 and args.no_base:  # nothing to pair with: the table alone
+        out = evaluate_flow(str(runs[0].root), *settings, False, args.protocol)
         console.print(out["table"])
         console.print(f"results: {out['results']}")
         return 0
@@ -154,6 +154,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     out = evaluate_runs_flow([str(run.root) for run in runs], *settings, not args.no_base, args.protocol)
     for one in out["runs"]:
         console.print(one["table"] + "\n")
+        console.print(f"results: {one['results']}\n")
     console.print(out["table"])
     console.print(f"comparison: {out['comparison']}\npaired comparisons: {out['paired']}")
     return 0

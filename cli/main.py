@@ -136,8 +136,9 @@ def _add_inspection_parsers(sub) -> None:
         "evaluate",
         help="pass@1 of the base model and a generation's adapters on held-out benchmarks",
         description="Greedy pass@1 of the base model and of every adapter of a generation, every program run in "
-        "the sandbox; population mean, min and max per benchmark, code and math averages per adapter. With "
-        "several runs, each is evaluated (the base model once), then compared in <first run>/eval/comparison.md.",
+        "the sandbox; population mean, min and max per benchmark, code and math averages per adapter, and why "
+        "each answer failed. Each run is evaluated (the base model once), then compared item by item with the "
+        "base model (and a population with a baseline) in <first run>/eval/comparison.md and paired.md.",
     )
     evaluate.add_argument("runs", nargs="+", metavar="run", help="run directories or ids")
     evaluate.add_argument("--generation", type=int, help="population snapshot to evaluate (default the newest)")

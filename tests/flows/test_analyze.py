@@ -74,6 +74,9 @@ def test_evaluate_scores_base_and_every_adapter_through_the_flow(reference_run, 
     assert set(results["failure"]) <= set(CLASSES) and set(results["finish_reason"]) <= {"stop", "eos", "length"}
     assert results["correct"].equals(results["failure"] == "passed")
     assert "Why answers failed" in result.stdout and (out / "failures.parquet").is_file()
+    # one run is compared with its base model too: each difference split into format and code
+    paired = (reference_run.root / "eval" / "paired.md").read_text()
+    assert "| of which format | of which code |" in paired and "| base model |" in paired
     # one part per benchmark; a second evaluation with the same settings judges nothing again
     parts = sorted((out / "parts").glob("*.parquet"))
     assert [p.name.split("-")[0] for p in parts] == ["cruxeval_o", "gsm8k", "humaneval"]
