@@ -112,9 +112,6 @@ def _add_plan_parser(sub) -> None:
 
 def _add_inspection_parsers(sub) -> None:
     """status, analyze, evaluate, runs."""
-    from populora_core.evaluation.benchmarks import BENCHMARKS, default_max_new_tokens
-    from populora_core.evaluation.items import PROTOCOLS
-
     status = sub.add_parser("status", help="what a run has done", description="Generations and stages of a run.")
     status.add_argument("run", help="run directory or run id")
     status.add_argument("--wide", action="store_true", help="every column of the generation table")
@@ -131,6 +128,15 @@ def _add_inspection_parsers(sub) -> None:
     analyze.add_argument("--out", help="report directory (default <first run>/report)")
     _add_run_options(analyze)
     analyze.set_defaults(func=cmd_analyze)
+    _add_evaluate_parser(sub)
+    runs = sub.add_parser("runs", help="list runs", description="The runs under a directory.")
+    _add_run_options(runs)
+    runs.set_defaults(func=cmd_runs)
+
+
+def _add_evaluate_parser(sub) -> None:
+    from populora_core.evaluation.benchmarks import BENCHMARKS, default_max_new_tokens
+    from populora_core.evaluation.items import PROTOCOLS
 
     evaluate = sub.add_parser(
         "evaluate",
@@ -169,10 +175,6 @@ def _add_inspection_parsers(sub) -> None:
     )
     _add_run_options(evaluate)
     evaluate.set_defaults(func=cmd_evaluate)
-
-    runs = sub.add_parser("runs", help="list runs", description="The runs under a directory.")
-    _add_run_options(runs)
-    runs.set_defaults(func=cmd_runs)
 
 
 def _add_prune_parser(sub) -> None:
