@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import textwrap
 from pathlib import Path
 
 from populora_core.evaluation.evalplus_oracle import harness_source
@@ -130,17 +131,17 @@ def load_cruxeval(data_dir: Path, mode: str) -> list[EvalItem]:
 
 
 # judging ------------------------------------------------------------------------------
-EXPECT_SOURCE = '''
-def _populora_expect(failure, fn, *args):
-    """Runs a benchmark's own test; its failed assertion is tagged with ``failure``."""
-    try:
-        return fn(*args)
-    except AssertionError as exc:
-        raise AssertionError(failure, str(exc)[:200]) from None
-'''
-"""Pasted after the candidate's code: the benchmark's own tests tag their failed assertions
-(``AssertionError: ('wrong_base', ...)``, as the EvalPlus harness tags its inputs), so a
-failure's class (`failures.py`) does not depend on what the candidate prints or raises."""
+def tagged(statements: str, failure: str = "wrong_base") -> str:
+    """``statements`` (a benchmark's own tests) at the program's top level, their failed
+    assertion re-raised tagged with ``failure`` (``AssertionError: ('wrong_base', ...)``, as the
+    EvalPlus harness tags its inputs), so a failure's class (`failures.py`) does not depend on
+    what the candidate prints or raises. Inline, not a call: the tests run at the stack depth
+    they always had (a deep recursion's limit is unchanged)."""
+    body = textwrap.indent(statements.strip("\n"), "    ")
+    return (
+        f"try:\n{body}\nexcept AssertionError as _populora_failed:\n"
+        f"    raise AssertionError({failure!r}, str(_populora_failed)[:200]) from None\n"
+    )
 
 
 def complete_code(item: EvalItem, code: str) -> str:
@@ -160,11 +161,10 @@ def check_code(item: EvalItem, completion: str) -> tuple[str, str] | None:
         return None
     code = complete_code(item, code)
     if "asserts" in d:  # MBPP
-        tests = f"_populora_expect('wrong_base', exec, {d['asserts']!r}, globals())"
-        return f"{d['imports']}\n{code}\n\n{EXPECT_SOURCE}\n{tests}\n", "True"
+        return f"{d['imports']}\n{code}\n\n{tagged(d['asserts'])}", "True"
     program = f"{code}\n\n"
     if d["test"]:
-        program += f"{d['test']}\n{EXPECT_SOURCE}\n_populora_expect('wrong_base', check, {d['entry_point']})\n"
+        program += f"{d['test']}\n" + tagged(f"check({d['entry_point']})")
     if d["plus"]:
         plus = d["plus"]
         program += (

@@ -22,10 +22,12 @@ ORDER = (*CLASSES, UNCLASSIFIED)
 
 
 def failures_of(results: pd.DataFrame) -> pd.Series:
-    """Each row's class; ``unclassified`` where the part predates classes."""
+    """Each row's class; where the part predates classes, ``passed`` for a correct row and
+    ``unclassified`` for the others."""
+    old = pd.Series(UNCLASSIFIED, index=results.index).where(~results["correct"].astype(bool), "passed")
     if "failure" not in results.columns:
-        return pd.Series(UNCLASSIFIED, index=results.index)
-    return results["failure"].fillna(UNCLASSIFIED)
+        return old
+    return results["failure"].fillna(old)
 
 
 def class_counts(results: pd.DataFrame) -> pd.DataFrame:
@@ -57,7 +59,8 @@ def runs_counts(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         counts = class_counts(results if k == 0 else results[results["adapter_id"] != BASE])
         names = {a: "base model" if a == BASE else f"{label}: {a}" for a in counts.index.get_level_values(0)}
         frames.append(counts.rename(index=names, level=0))
-    return pd.concat(frames).fillna(0).astype(int)
+    joined = pd.concat(frames).fillna(0).astype(int)
+    return joined[[c for c in (*ORDER, "format", "code") if c in joined.columns]]
 
 
 def _item_failures(results: pd.DataFrame) -> pd.DataFrame:

@@ -125,7 +125,7 @@ def signature_broken(item: EvalItem, code: str) -> bool:
     if not entry or tree is None:
         return False
     functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    for node in tree.body:
+    for node in tree.body if item.kind == "livecodebench" else ():  # only its harness calls a method
         if isinstance(node, ast.ClassDef) and node.name == "Solution":
             functions |= {f"Solution.{n.name}": n for n in node.body if isinstance(n, ast.FunctionDef)}
     if not functions:
@@ -180,7 +180,7 @@ def run_class(result: Result) -> str:
         return tagged.group(1)
     if error.startswith(("_EvalplusTimeout", "_LcbTimeout", "TimeoutError")):
         return "timeout"
-    if error.startswith("SyntaxError"):
+    if error.startswith(("SyntaxError", "IndentationError", "TabError")):
         return "syntax_error"  # a CRUXEval literal (code answers were parsed on the host)
     if error.startswith("AssertionError") and "wrong answer on test" in error:
         return "wrong_base"  # LiveCodeBench's harness

@@ -160,13 +160,15 @@ def judge_olympiad(item: EvalItem, completion: str) -> bool:
 
 def math_failure(item: EvalItem, completion: str, finish_reason: str | None) -> str:
     """Why a math answer the judge rejected failed (`failures.py`): ``truncated`` (cut at the
-    cap with no final answer), ``no_final_answer`` (no ``\\boxed{}``; GSM8K: no ``####``),
+    cap with no final answer), ``no_final_answer`` (no ``\\boxed{}``; GSM8K: no number at all),
     ``unparsed`` (a final answer the value judges cannot read), else ``wrong``."""
     cut = finish_reason == "length"
-    if item.kind == "number":
-        if "####" not in completion:
-            return "truncated" if cut else "no_final_answer"
-        return "wrong" if re.search(r"\d", completion.split("####")[-1]) else "unparsed"
+    if item.kind == "number":  # the judge reads the number after ####, else the text's last number
+        if "####" in completion:
+            return "wrong" if re.search(r"\d", completion.split("####")[-1]) else "unparsed"
+        if re.search(r"\d", completion):
+            return "wrong"
+        return "truncated" if cut else "no_final_answer"
     answer = last_boxed(completion)
     if answer is None:
         return "truncated" if cut else "no_final_answer"

@@ -28,26 +28,31 @@ def _serve(conn) -> None:  # pragma: no cover - runs in the worker process
 
     mv_parser.parse_expr_cached = refuse
     configs = [LatexExtractionConfig(), ExprExtractionConfig()]
+    conn.send("ready")  # imported: the caller's time limit counts from here
     while True:
         try:
             gold, answer = conn.recv()
         except EOFError:
             return
         try:
-            golds = parse(gold, extraction_config=configs, parsing_timeout=_SECONDS)
-            got = parse(answer, extraction_config=configs, parsing_timeout=_SECONDS)
-            result = bool(golds and got and verify(golds, got, timeout_seconds=_SECONDS))
-        except Exception:  # noqa: BLE001 - an answer the library cannot read: no verdict
+            golds = parse(gold, extraction_config=configs, parsing_timeout=_SECONDS, raise_on_error=True)
+            got = parse(answer, extraction_config=configs, parsing_timeout=_SECONDS, raise_on_error=True)
+            # nothing read from either side, an error or math-verify's own time limit: no verdict
+            result = bool(verify(golds, got, timeout_seconds=_SECONDS, raise_on_error=True)) if golds and got else None
+        except Exception:  # noqa: BLE001
             result = None
         conn.send(result)
 
 
 class MathVerifier:
-    """``equal(gold, answer)``: math-verify's verdict, or None (no verdict: it raised, or the
-    worker took longer than ``timeout_s`` and was replaced)."""
+    """``equal(gold, answer)``: math-verify's verdict, or None (no verdict: it read nothing
+    from one side, raised, reached its own time limit, or the worker took longer than
+    ``timeout_s`` and was replaced). A worker that is not ready within ``start_timeout_s``
+    (started, sympy imported) is an error."""
 
-    def __init__(self, timeout_s: float = 20.0) -> None:
+    def __init__(self, timeout_s: float = 20.0, start_timeout_s: float = 120.0) -> None:
         self.timeout_s = timeout_s
+        self.start_timeout_s = start_timeout_s
         self._lock = threading.Lock()
         self._proc = None
         self._conn = None
@@ -58,17 +63,20 @@ class MathVerifier:
         self._proc = ctx.Process(target=_serve, args=(child,), daemon=True, name="populora-math-verify")
         self._proc.start()
         child.close()
+        if not (self._conn.poll(self.start_timeout_s) and self._conn.recv() == "ready"):
+            self.close()
+            raise RuntimeError(f"the math-verify worker did not start within {self.start_timeout_s} s")
 
     def equal(self, gold: str, answer: str) -> bool | None:
         with self._lock:
             if self._proc is None or not self._proc.is_alive():
                 self._start()
-            self._conn.send((gold, answer))
-            if self._conn.poll(self.timeout_s):
-                try:
+            try:
+                self._conn.send((gold, answer))
+                if self._conn.poll(self.timeout_s):
                     return self._conn.recv()
-                except EOFError:
-                    pass
+            except (EOFError, BrokenPipeError, ConnectionResetError):
+                pass
             self.close()  # hung or dead: the next answer gets a fresh worker
             return None
 

@@ -67,7 +67,8 @@ def judge_answers(
         r, form = results[v[0]], v[1]
         ok = r.status == "ok" and r.value == "True"
         detail = "" if ok else f"{r.status}: {(r.error or r.value or '')[:200]}"
-        out.append(Verdict(ok, detail, "passed" if ok else form or run_class(r)))
+        failure = "passed" if ok else run_class(r) if r.status == "sandbox_failure" else form or run_class(r)
+        out.append(Verdict(ok, detail, failure))
     return out
 
 

@@ -79,7 +79,9 @@ def test_a_difference_splits_into_its_format_and_code_parts_and_names_the_flips(
 
 def test_parts_judged_before_classes_are_unclassified():
     old = RUN.drop(columns="failure")
-    assert set(class_counts(old).columns) == {"unclassified", "format", "code"}
+    assert set(class_counts(old).columns) == {"passed", "unclassified", "format", "code"}
+    flips = flip_table(paired_table({"R": old}), model_failures({"R": old})).set_index("benchmark")
+    assert flips.loc["humanevalplus", "difference"] == pytest.approx(-0.3)  # read from `correct`
     counts = runs_counts({"R": RUN, "S": RUN})
     assert counts.index.get_level_values(0).tolist().count("base model") == 2  # two benchmarks, base once
     assert ("S: m", "mbppplus") in counts.index

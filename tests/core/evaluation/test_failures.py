@@ -94,7 +94,8 @@ def test_math_failures_get_their_classes():
         (aime, f"So \\boxed{{{int(gold) + 1}}}.", "eos", "wrong"),
         (gsm, f"#### {gsm.data['gold']}", "eos", "passed"),
         (gsm, "#### many", "eos", "unparsed"),
-        (gsm, "The answer is 3.", "eos", "no_final_answer"),
+        (gsm, "The answer is 3.", "eos", "wrong"),  # no ####: the judge reads the last number
+        (gsm, "I cannot tell.", "eos", "no_final_answer"),
         (gsm, "#### 123456789", "eos", "wrong"),
     ]
     verdicts = judge_answers([c[0] for c in cases], [c[1] for c in cases], None, finish_reasons=[c[2] for c in cases])
