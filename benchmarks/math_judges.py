@@ -11,12 +11,12 @@ Two sets of answers, each judged by both:
   GSM8K, AMC 2023 and AIME 2024, generated once into ``--answers`` (a Parquet file) and
   read from it after.
 
-math-verify runs with its LaTeX and number paths only: its plain-expression path gives the
-model's text to sympy's ``parse_expr``, which evaluates it with Python's ``eval``, so that path
-is refused here (``parse_expr_cached`` replaced by one that raises), as the project never
-executes model text outside the sandbox. The project's MATH-500 judge is now math-verify
-(`evaluation/mathverify.py`): "ours" below is the normalised-string comparison it replaced
-there (``mathnorm.math_equal``) for MATH-500, the project's judge elsewhere.
+math-verify runs as the evaluation runs it (``evaluation/mathverify.py``): its LaTeX and
+number paths only, in a worker process (its plain-expression path gives the model's text to
+sympy's ``parse_expr``, which evaluates it with Python's ``eval``, so that path is refused).
+The project's MATH-500 judge is now math-verify: "ours" below is, for MATH-500, the
+normalised-string comparison it replaced (``mathnorm.math_equal``), elsewhere the project's
+judge.
 
     .venv/bin/python benchmarks/math_judges.py [--items 48] [--answers runs/math-answers.parquet]
 
@@ -43,19 +43,13 @@ BENCHMARKS = ("math500", "gsm8k", "amc23", "aime24")
 
 
 def math_verify_judge():
-    """``judge(gold, answer) -> bool`` by math-verify, its plain-expression path refused."""
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
-    from math_verify import parser as mv_parser
-
-    def refuse(expr: str):
-        raise ValueError("plain-expression parsing evaluates model text with eval(); refused")
-
-    mv_parser.parse_expr_cached = refuse
-    configs = [LatexExtractionConfig(), ExprExtractionConfig()]
+    """``judge(gold, answer) -> bool`` by math-verify as the evaluation runs it
+    (``mathverify.MathVerifier``: its own worker, the plain-expression path refused); no
+    verdict (nothing read, an error, a time limit) counts as not equal."""
+    from populora_core.evaluation.mathverify import verifier
 
     def judge(gold: str, answer: str) -> bool:
-        gold_parsed = parse(f"${gold}$" if not gold.strip().startswith("$") else gold, extraction_config=configs)
-        return bool(verify(gold_parsed, parse(answer, extraction_config=configs)))
+        return bool(verifier().equal(gold if gold.strip().startswith("$") else f"${gold}$", answer))
 
     return judge
 

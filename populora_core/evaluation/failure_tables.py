@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from populora_core.evaluation.failures import CLASSES, CODE, FORMAT, UNCLASSIFIED
-from populora_core.evaluation.paired import ALL, MEAN, WEAKEST, run_models
+from populora_core.evaluation.paired import by_benchmark, item_scores, model_adapters
 from populora_core.inference.base import BASE
 
 ORDER = (*CLASSES, UNCLASSIFIED)
@@ -69,21 +69,13 @@ def _item_failures(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def model_failures(runs: Mapping[str, pd.DataFrame]) -> dict[str, pd.Series]:
-    """Per single model of ``runs`` (named as ``paired.run_models`` names them; the population
-    mean is not one model and has none), its class on every (benchmark, item_id)."""
+    """Per single model of ``runs`` (named as ``paired.model_adapters`` names them; the
+    population mean is not one model and has none), its class on every (benchmark, item_id)."""
     out: dict[str, pd.Series] = {}
     for k, (label, results) in enumerate(runs.items()):
         classes = _item_failures(results)
-        for name in run_models(label, results, with_base=k == 0):
-            if name.endswith(MEAN):
-                continue
-            if name == "base model":
-                adapter = BASE
-            elif f": {WEAKEST} (" in name:
-                adapter = name.rsplit("(", 1)[1].rstrip(")")
-            else:
-                adapter = name.removeprefix(f"{label}: ")
-            out[name] = classes[adapter]
+        adapters = model_adapters(label, item_scores(results), with_base=k == 0)
+        out |= {name: classes[adapter] for name, adapter in adapters.items() if adapter is not None}
     return out
 
 
@@ -101,10 +93,7 @@ def flip_table(pairs: pd.DataFrame, failures: Mapping[str, pd.Series]) -> pd.Dat
         if a not in failures or b not in failures:
             continue
         joined = pd.concat([failures[a].rename("a"), failures[b].rename("b")], axis=1, join="inner").dropna()
-        parts = list(joined.groupby(level="benchmark"))
-        if len(parts) > 1:
-            parts.append((ALL, joined))
-        for bench, part in parts:
+        for bench, part in by_benchmark(joined):
             n = len(part)
             fa, fb = part["a"], part["b"]
             lost_a, lost_b = fa[(fa != "passed") & (fb == "passed")], fb[(fb != "passed") & (fa == "passed")]

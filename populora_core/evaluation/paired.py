@@ -36,31 +36,46 @@ def item_scores(results: pd.DataFrame) -> pd.DataFrame:
     ).astype(float)
 
 
-def run_models(label: str, results: pd.DataFrame, with_base: bool) -> dict[str, pd.Series]:
-    """The models of one run's ``results``: its adapters as ``<label>: <adapter>``, and with
-    more than one, ``<label>: weakest member (<adapter>)`` and ``<label>: population mean``; the base
-    model as ``base model`` when ``with_base`` and the run evaluated it."""
-    scores = item_scores(results)
+def model_adapters(label: str, scores: pd.DataFrame, with_base: bool) -> dict[str, str | None]:
+    """The models of one run (``scores``: its ``item_scores``), each with the adapter it is (None: the population
+    mean, which pools them): its adapters as ``<label>: <adapter>``, and with more than one,
+    ``<label>: weakest member (<adapter>)`` and ``<label>: population mean``; the base model as
+    ``base model`` when ``with_base`` and the run evaluated it."""
     members = [c for c in scores.columns if c != BASE]
-    models = {"base model": scores[BASE]} if with_base and BASE in scores.columns else {}
-    models |= {f"{label}: {m}": scores[m] for m in members}
+    models: dict[str, str | None] = {"base model": BASE} if with_base and BASE in scores.columns else {}
+    models |= {f"{label}: {m}": m for m in members}
     if len(members) > 1:
         pooled = scores[members].mean()
         weakest = min(members, key=lambda m: (pooled[m], m))  # ties: the first id
-        models[f"{label}: {WEAKEST} ({weakest})"] = scores[weakest]
-        models[f"{label}: {MEAN}"] = scores[members].mean(axis=1)
+        models[f"{label}: {WEAKEST} ({weakest})"] = weakest
+        models[f"{label}: {MEAN}"] = None
     return models
+
+
+def run_models(label: str, results: pd.DataFrame, with_base: bool) -> dict[str, pd.Series]:
+    """``model_adapters``' models, each with its score per (benchmark, item_id): 1.0 passed,
+    0.0 not; the population mean's, the share of members that passed."""
+    scores = item_scores(results)
+    members = [c for c in scores.columns if c != BASE]
+    return {
+        name: scores[m] if m is not None else scores[members].mean(axis=1)
+        for name, m in model_adapters(label, scores, with_base).items()
+    }
+
+
+def by_benchmark(frame: pd.DataFrame | pd.Series) -> list[tuple[str, pd.DataFrame | pd.Series]]:
+    """``frame`` (indexed by benchmark, item_id) per benchmark, then over all items when
+    there are several benchmarks."""
+    parts = list(frame.groupby(level="benchmark"))
+    return [*parts, (ALL, frame)] if len(parts) > 1 else parts
 
 
 def compare(a: pd.Series, b: pd.Series, *, seed: int = 0, mcnemar: bool = True) -> list[dict]:
     """``a`` against ``b`` on the items both have: per benchmark, then over all items;
     ``mcnemar``: both are single models (0/1 per item), so the exact test applies."""
     joined = pd.concat([a.rename("a"), b.rename("b")], axis=1, join="inner").dropna()
-    parts = [(bench, part) for bench, part in joined.groupby(level="benchmark")]
-    if len(parts) > 1:
-        parts.append((ALL, joined))
     rows = []
-    for bench, part in parts:
+    for bench, part in by_benchmark(joined):
         x, y = part["a"].to_numpy(), part["b"].to_numpy()
         iv = paired_bootstrap(x, y, rng=np.random.default_rng(seed))
         binary = mcnemar and bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
@@ -112,10 +127,7 @@ def model_intervals(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     rows = []
     for name, scores in models.items():
         scores = scores.dropna()
-        parts = list(scores.groupby(level="benchmark"))
-        if len(parts) > 1:
-            parts.append((ALL, scores))
-        for bench, part in parts:
+        for bench, part in by_benchmark(scores):
             iv = wilson(float(part.sum()), len(part))
             rows.append(
                 {"model": name, "benchmark": bench, "n": len(part), "passed": int(part.sum())}
