@@ -269,10 +269,16 @@ class RaySandboxPool:
             self._started = []
         if not jobs:
             return []
-        size = max(1, min(self.CHUNK, math.ceil(len(jobs) / (4 * len(self._actors)))))
-        chunks = [list(jobs[i : i + size]) for i in range(0, len(jobs), size)]
+        chunks = self.chunks(jobs, len(self._actors))
         results = map_ordered(self._actors, lambda a, c: a.run.remote(c), chunks, None, self.config.cluster)
         return [r for chunk in results for r in chunk]
+
+    @classmethod
+    def chunks(cls, jobs: Sequence, actors: int) -> list[list]:
+        """``jobs`` cut into the pieces ``run`` sends, one actor call each: at most ``CHUNK``
+        jobs, and about four pieces per actor for smaller batches."""
+        size = max(1, min(cls.CHUNK, math.ceil(len(jobs) / (4 * max(1, actors)))))
+        return [list(jobs[i : i + size]) for i in range(0, len(jobs), size)]
 
     def close(self) -> None:
         close_actors(self._actors)  # workers stopped, containers removed

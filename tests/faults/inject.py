@@ -96,11 +96,11 @@ def install_worker_faults(directory: str) -> None:
 
     - ``update``: the worker dies half-way through writing the adapter it has just trained
       (its weights in the temp directory, nothing else);
-    - ``verify`` (holding a run directory): a sandbox actor dies on a batch of jobs once that
-      run's ``gen_0000/rollouts.parquet`` exists (the probe or verify stage, not validate);
-    - ``node`` (holding a run directory): a sandbox actor on a batch of that run's verify
-      stage (arm renamed ``node.fired``) writes its node's id into ``node.fired.id`` and
-      waits there, its batch in flight, for the test to remove the whole node
+    - ``verify`` (holding a path, the trigger): a sandbox actor dies on a batch of jobs once
+      the trigger exists;
+    - ``node`` (holding a trigger path): a sandbox actor on a batch once the trigger exists
+      (arm renamed ``node.fired``) writes its node's id into ``node.fired.id`` and waits
+      there, its batch in flight, for the test to remove the whole node
       (``ray.cluster_utils.Cluster.remove_node``).
 
     Every attempt is logged, fault or not, for a test to count what ran again: each adapter
@@ -120,16 +120,19 @@ def install_worker_faults(directory: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         return written
 
-    def verifying(run_dir: str) -> bool:
-        return (Path(run_dir) / "gen_0000" / "rollouts.parquet").exists()
+    def triggered(arm: Path) -> bool:
+        try:
+            return Path(arm.read_text()).exists()
+        except FileNotFoundError:  # fired meanwhile, by another worker
+            return False
 
     def dying_run(self, jobs):
         digest = hashlib.sha256(repr(list(jobs)).encode()).hexdigest()  # every field, the salt too
         _log(armed / "batches.log", f"{digest} {os.getpid()} {time.time():.2f} {len(jobs)}")
         arm, node = armed / "verify", armed / "node"
-        if arm.exists() and verifying(arm.read_text()) and _fire(arm):
+        if triggered(arm) and _fire(arm):
             os.kill(os.getpid(), signal.SIGKILL)
-        if node.exists() and verifying(node.read_text()) and _fire(node):
+        if triggered(node) and _fire(node):
             import ray
 
             (armed / "node.id.tmp").write_text(ray.get_runtime_context().get_node_id())
