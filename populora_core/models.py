@@ -294,11 +294,17 @@ def _convert(gguf: Path, out: Path, progress: bool) -> None:
     steps.close()
 
 
+AUTO_CPU_DTYPE = "POPULORA_AUTO_CPU_DTYPE"
+"""Environment variable: what ``model.dtype: auto`` is on a CPU, ``bfloat16`` or ``float32``,
+whatever the CPU has (to run one CPU kind's numerics on another, e.g. the test suite as an
+AVX2-only machine runs it). GPUs are not affected."""
+
+
 def resolve_dtype(dtype: str, device: str = "cpu") -> str:
     """``ModelConfig.dtype`` made concrete: `auto` is bfloat16 where the hardware computes
     in it natively (a GPU of compute capability ≥ 8.0, a CPU with AVX512-BF16 or AMX),
-    else float32. (oneDNN's own bf16 check accepts any AVX-512 CPU, where bf16 is
-    emulated.)"""
+    else float32; on a CPU, ``$POPULORA_AUTO_CPU_DTYPE`` decides instead when set. (oneDNN's
+    own bf16 check accepts any AVX-512 CPU, where bf16 is emulated.)"""
     if dtype != "auto":
         return dtype
     import torch
@@ -307,6 +313,11 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> str:
         # compute capability 8.0 (Ampere) and newer compute in bf16; older GPUs only emulate it
         native = torch.cuda.is_available() and torch.cuda.get_device_capability(torch.device(device)) >= (8, 0)
         return "bfloat16" if native else "float32"
+    forced = os.environ.get(AUTO_CPU_DTYPE, "")
+    if forced:
+        if forced not in ("bfloat16", "float32"):
+            raise ValueError(f"${AUTO_CPU_DTYPE} is {forced!r}: set it to bfloat16 or float32, or unset it")
+        return forced
     native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     return "bfloat16" if native else "float32"
 

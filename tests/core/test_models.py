@@ -56,8 +56,9 @@ def test_local_directories_and_bad_references(tmp_path, monkeypatch):
 def test_auto_dtype_is_bfloat16_only_where_the_hardware_computes_in_it(monkeypatch):
     import torch
 
-    from populora_core.models import resolve_dtype
+    from populora_core.models import AUTO_CPU_DTYPE, resolve_dtype
 
+    monkeypatch.delenv(AUTO_CPU_DTYPE, raising=False)  # the suite may run with it forced
     assert resolve_dtype("float16") == "float16" and resolve_dtype("bfloat16", "cpu") == "bfloat16"
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     for native, expected in ((True, "bfloat16"), (False, "float32")):
@@ -67,6 +68,26 @@ def test_auto_dtype_is_bfloat16_only_where_the_hardware_computes_in_it(monkeypat
     for capability, expected in (((8, 0), "bfloat16"), ((7, 5), "float32")):  # A100 / T4 (emulated bf16)
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device, c=capability: c)
         assert resolve_dtype("auto", "cuda:1") == expected
+
+
+def test_auto_cpu_dtype_can_be_forced_either_way_on_any_cpu(monkeypatch):
+    import torch
+
+    from populora_core.models import AUTO_CPU_DTYPE, resolve_dtype
+
+    for native in (True, False):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda native=native: native)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda native=native: native)
+        for forced in ("bfloat16", "float32"):
+            monkeypatch.setenv(AUTO_CPU_DTYPE, forced)
+            assert resolve_dtype("auto", "cpu") == forced
+            assert resolve_dtype("float16", "cpu") == "float16"  # only `auto` is forced
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (8, 0))
+    assert resolve_dtype("auto", "cuda:0") == "bfloat16"  # GPUs are not affected (float32 forced above)
+    monkeypatch.setenv(AUTO_CPU_DTYPE, "fp16")
+    with pytest.raises(ValueError, match="bfloat16 or float32"):
+        resolve_dtype("auto", "cpu")
 
 
 def test_adapters_name_their_base_portably(tmp_path, monkeypatch):
