@@ -14,10 +14,21 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from populora_core.inference.vllm import VLLMUnavailable
     from populora_core.models import ModelUnavailable
     from populora_core.rundir.artifacts import ArtifactError
+    from populora_core.rundir.diskfull import DiskFull
     from populora_core.rundir.lock import RunLockError
     from populora_core.sandbox import SandboxUnavailable
 
-    return (ConfigError, ModelUnavailable, SandboxUnavailable, VLLMUnavailable, ArtifactError, RunLockError)
+    return (ConfigError, ModelUnavailable, SandboxUnavailable, VLLMUnavailable, ArtifactError, RunLockError, DiskFull)
+
+
+def as_disk_full(exc: BaseException, where) -> BaseException | None:
+    """``exc`` as a ``DiskFull`` (naming the file it names, else ``where``) when it is a full
+    disk that no writer of ours turned into one (a library's own file), else None."""
+    from populora_core.rundir.diskfull import DiskFull, is_disk_full, written_path
+
+    if isinstance(exc, DiskFull):
+        return exc
+    return DiskFull(written_path(exc, where)) if is_disk_full(exc, where) else None
 
 
 def error(console, message: object) -> int:
@@ -27,7 +38,7 @@ def error(console, message: object) -> int:
     cause = getattr(message, "cause", None)
     if isinstance(message, BaseException) and isinstance(cause, BaseException):
         message = cause
-    console.print(f"[red]error:[/red] {message}")
+    console.print(f"[red]error:[/red] {message}", soft_wrap=True)  # one line, however long
     return 2
 
 

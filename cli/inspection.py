@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cli.common import error, generations_table, runs_dir, user_errors
+from cli.common import as_disk_full, error, generations_table, runs_dir, user_errors
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -127,7 +127,6 @@ def _evaluation_benchmarks(args: argparse.Namespace, data_dir: Path, console) ->
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from flows.evaluate import evaluate_flow, evaluate_runs_flow
     from populora_core.evaluation.datasets import data_dir as default_data_dir
     from populora_core.rundir.run import open_run
 
@@ -143,6 +142,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if isinstance(benchmarks, str):
         return error(console, benchmarks)
     settings = (args.generation, benchmarks, args.limit, str(data_dir), args.max_new_tokens)
+    try:
+        return _evaluate(console, runs, settings, args)
+    except user_errors() as exc:
+        return error(console, exc)
+    except Exception as exc:
+        if (full := as_disk_full(exc, runs[0].root / "eval")) is None:
+            raise
+        return error(console, full)
+
+
+def _evaluate(console, runs: list, settings: tuple, args: argparse.Namespace) -> int:
+    from flows.evaluate import evaluate_flow, evaluate_runs_flow
+
     if len(runs) == 1 and args.no_base:  # nothing to pair with: the table alone
         out = evaluate_flow(str(runs[0].root), *settings, False, args.protocol)
         console.print(out["table"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from cli.common import error, generations_table, runs_dir, user_errors
+from cli.common import as_disk_full, error, generations_table, runs_dir, user_errors
 
 
 def run_training(
@@ -37,6 +37,10 @@ def run_training(
             )
     except user_errors() as exc:
         return error(console, exc)
+    except Exception as exc:
+        if (full := as_disk_full(exc, run.root)) is None:
+            raise
+        return error(console, full)
     console.print(generations_table(run))
     console.print(f"run directory: [bold]{run.root}[/bold]  (populora status {run.root})")
     return 0

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from populora_core.rundir.artifacts import SUCCESS
+from populora_core.rundir.diskfull import is_disk_full, raise_if_disk_full
 from populora_core.rundir.run import RunDir
 
 STATE = "tracking"
@@ -61,7 +62,8 @@ def figures(run: RunDir, generation: int) -> dict[str, float]:
 
 
 def sync(run: RunDir) -> dict:
-    """Logs every complete generation each configured backend lacks; never raises.
+    """Logs every complete generation each configured backend lacks; never raises, but for a
+    full disk (``DiskFull``: the run's next write would fail the same way).
 
     Returns ``{"logged": {backend: [generations logged now]}, "warnings": [one line per
     backend that failed]}``."""
@@ -79,6 +81,7 @@ def sync(run: RunDir) -> dict:
         try:
             logged[name] = _SYNC[name](run, done, figures_of)
         except Exception as exc:  # noqa: BLE001 - tracking must never stop a run
+            raise_if_disk_full(exc, _store_path(run, name))
             warnings.append(
                 f"tracking: {name} failed, the run goes on ({type(exc).__name__}: {str(exc)[:300]}); "
                 f"the next generation or `populora resume {run.root}` logs what is missing"
@@ -89,6 +92,13 @@ def sync(run: RunDir) -> dict:
 def state(run: RunDir) -> dict:
     """What ``run.json`` records of the run's tracking (``{}`` before the first sync)."""
     return run.info().get(STATE, {})
+
+
+def _store_path(run: RunDir, backend: str) -> Path:
+    """Where ``backend`` writes for ``run`` (the path a full disk is reported at)."""
+    if backend == "mlflow" and mlflow_uri(run).startswith("sqlite:///"):
+        return Path(mlflow_uri(run).removeprefix("sqlite:///"))
+    return tensorboard_dir(run) if backend == "tensorboard" else run.root
 
 
 def _record(run: RunDir, backend: str, values: dict) -> None:
@@ -136,18 +146,27 @@ def _sync_tensorboard(run: RunDir, done: list[int], figures_of: Figures) -> list
     from torch.utils.tensorboard import SummaryWriter
 
     suffix = f".populora.g{todo[0]:04d}-{todo[-1]:04d}"
-    writer = SummaryWriter(str(tensorboard_dir(run)), filename_suffix=suffix)
+    before = set(tensorboard_dir(run).glob("events.out.tfevents.*"))
+    writer = None
     try:
-        for g in todo:
-            walltime = _finished_at(run, g)
-            if g == 0 and ("config/text_summary", 0) not in seen:
-                config = run.config_file.read_text()
-                writer.add_text("config", "\n".join("    " + line for line in config.splitlines()), 0, walltime)
-            for tag, value in figures_of(g).items():
-                if (tag, g) not in seen:
-                    writer.add_scalar(tag, value, g, walltime=walltime)
-    finally:
-        writer.close()
+        try:
+            writer = SummaryWriter(str(tensorboard_dir(run)), filename_suffix=suffix)
+            for g in todo:
+                walltime = _finished_at(run, g)
+                if g == 0 and ("config/text_summary", 0) not in seen:
+                    config = run.config_file.read_text()
+                    writer.add_text("config", "\n".join("    " + line for line in config.splitlines()), 0, walltime)
+                for tag, value in figures_of(g).items():
+                    if (tag, g) not in seen:
+                        writer.add_scalar(tag, value, g, walltime=walltime)
+        finally:
+            if writer is not None:
+                writer.close()
+    except Exception as exc:
+        if is_disk_full(exc, tensorboard_dir(run)):  # this sync's own file, cut short: not a whole one
+            for partial in set(tensorboard_dir(run).glob("events.out.tfevents.*")) - before:
+                partial.unlink(missing_ok=True)
+        raise
     _record(run, "tensorboard", {"log_dir": TB_DIR, "logged_through": todo[-1]})
     return todo
 

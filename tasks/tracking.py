@@ -1,5 +1,6 @@
 """Tracking (TensorBoard, MLflow): bringing a run's tracking runs up to date, and adding the
-report to them. Failures are warnings: tracking never stops a run (``populora_core.tracking``)."""
+report to them. Failures are warnings: tracking never stops a run, but for a full disk
+(``populora_core.tracking``)."""
 
 from __future__ import annotations
 

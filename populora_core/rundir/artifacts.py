@@ -23,6 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from populora_core.rundir.diskfull import raise_if_disk_full
 from populora_core.rundir.schemas import _I32, _STR, RUN_SCHEMAS, SCHEMAS
 from populora_core.rundir.versions import SCHEMA_VERSION, added_since, upgradable
 
@@ -84,13 +85,18 @@ def full_schema(name: str) -> pa.Schema:
 
 
 def write_file_atomic(path: Path, write: Callable[[Path], object]) -> Path:
-    """Calls ``write(tmp)`` on a temp name beside ``path``, then renames it to ``path``."""
+    """Calls ``write(tmp)`` on a temp name beside ``path``, then renames it to ``path``. On a
+    full disk the temp file is removed and ``DiskFull`` (naming ``path``) raised."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}{TMP_MARK}{uuid.uuid4().hex[:8]}")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         write(tmp)
         os.replace(tmp, path)
+    except Exception as exc:
+        tmp.unlink(missing_ok=True)
+        raise_if_disk_full(exc, path)  # a writer's own error too (torch's, safetensors') on a full disk
+        raise
     finally:
         tmp.unlink(missing_ok=True)
     return path
@@ -108,20 +114,23 @@ def write_text_atomic(text: str, path: Path) -> Path:
 def write_dir_atomic(final: Path, fill: Callable[[Path], None], *, replace: bool = False) -> Path:
     """Builds a directory with ``fill(tmp)`` under a temp name beside ``final``, then renames
     it into place: a reader (or a resumed run) sees the whole directory or none. An existing
-    ``final`` is refused (FileExistsError), or with ``replace`` removed first."""
+    ``final`` is refused (FileExistsError), or with ``replace`` removed first. On a full disk
+    the temp directory is removed and ``DiskFull`` (naming ``final``) raised."""
     final = Path(final)
     if final.exists() and not replace:
         raise FileExistsError(f"{final} already exists")
-    final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}{TMP_MARK}{uuid.uuid4().hex[:8]}")
-    tmp.mkdir()
     try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
         fill(tmp)
         if final.exists() and replace:
             shutil.rmtree(final)
         os.rename(tmp, final)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, Exception):
+            raise_if_disk_full(exc, final)
         raise
     return final
 

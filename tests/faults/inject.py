@@ -158,3 +158,99 @@ def worker_fault_env(directory: Path) -> dict[str, str]:
         "POPULORA_WORKER_FAULTS": str(directory),
         "POPULORA_FAULT_PREFIX": PREFIX,
     }
+
+
+# a full disk -------------------------------------------------------------------------------
+FILLER = ".populora-test-filler"
+"""What ``fill_disk`` writes, at the root of the filesystem it fills (``free_disk`` removes it)."""
+
+DISK_FILL_KINDS = ("artifact", "adapter", "optimizer", "link", "tracking", "eval")
+
+
+def fill_disk(mount: Path, *, inodes: bool = True) -> None:
+    """Fills the filesystem at ``mount`` to its last block, then (``inodes``) to its last inode."""
+    filler = Path(mount) / FILLER
+    filler.mkdir(exist_ok=True)
+    fd = os.open(filler / "blocks", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        for size in (1 << 20, 4096, 1):  # a short write before ENOSPC: nothing is left
+            try:
+                while os.write(fd, b"\0" * size):
+                    pass
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+    for i in range(1 << 30) if inodes else ():
+        try:
+            os.close(os.open(filler / f"i{i}", os.O_WRONLY | os.O_CREAT))
+        except OSError:
+            break
+
+
+def free_disk(mount: Path) -> None:
+    import shutil
+
+    shutil.rmtree(Path(mount) / FILLER, ignore_errors=True)
+
+
+def install_disk_fill(spec: str) -> None:
+    """``POPULORA_FILL_DISK=<kind>:<mount>``: the filesystem at ``mount`` is filled just before
+    this process's first write of ``kind`` (``DISK_FILL_KINDS``), which then fails as a full
+    disk fails (ENOSPC from the kernel): a stage's artifact (``RunDir.write``), a trained
+    adapter's weights, its optimizer state, a snapshot's link to an unchanged adapter, the
+    TensorBoard event file (blocks only: its file is created, then cut short), and the
+    evaluation's second write (a part, after the chunk it is made of)."""
+    import functools
+
+    from populora_core import tracking
+    from populora_core.evaluation import pipeline
+    from populora_core.population import adapters
+    from populora_core.stages import learn
+
+    kind, _, mount = spec.partition(":")
+
+    def filling(fn, *, nth: int = 1, inodes: bool = True, when=lambda *a: True):
+        calls = 0
+
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            nonlocal calls
+            if when(*args):
+                calls += 1
+                if calls == nth:
+                    fill_disk(Path(mount), inodes=inodes)
+            return fn(*args, **kwargs)
+
+        return wrapped
+
+    def tensorboard_lacks(run, done, figures_of) -> bool:
+        mark = tracking.state(run).get("tensorboard", {}).get("logged_through", -1)
+        return bool(done) and max(done) > mark
+
+    if kind == "artifact":
+        RunDir.write = filling(RunDir.write)
+    elif kind == "adapter":
+        learn.save_adapter = filling(learn.save_adapter)
+    elif kind == "optimizer":
+        learn.save_optimizer_state = filling(learn.save_optimizer_state)
+    elif kind == "link":
+        adapters.link_tree = filling(adapters.link_tree)
+    elif kind == "tracking":
+        tracking._SYNC["tensorboard"] = filling(tracking._sync_tensorboard, inodes=False, when=tensorboard_lacks)
+    elif kind == "eval":
+        pipeline.write_parquet_atomic = filling(pipeline.write_parquet_atomic, nth=2)
+    else:
+        raise ValueError(f"POPULORA_FILL_DISK: unknown kind {kind!r} (one of {DISK_FILL_KINDS})")
+
+
+def disk_fill_env(env: dict[str, str], kind: str, mount: Path) -> dict[str, str]:
+    """``env`` for a process whose first write of ``kind`` meets a full disk at ``mount``."""
+    here, repo = Path(__file__).resolve().parent, Path(__file__).resolve().parents[2]
+    paths = [str(here), str(repo), *filter(None, [env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))])]
+    return {
+        **env,
+        "PYTHONPATH": os.pathsep.join(paths),
+        "POPULORA_FILL_DISK": f"{kind}:{mount}",
+        "POPULORA_FAULT_PREFIX": PREFIX,
+    }

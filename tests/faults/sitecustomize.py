@@ -6,6 +6,8 @@ writing that stage's first artifact (half a temp file left on disk). With
 ``POPULORA_FAULT_ONCE=<file>`` it fires only while the file does not exist (it is
 created first), so a retried flow run gets through. ``POPULORA_WORKER_FAULTS=<dir>`` (in a
 Ray node's environment) arms the workers' faults of ``inject.install_worker_faults``.
+``POPULORA_FILL_DISK=<kind>:<mount>`` fills the filesystem at ``mount`` just before the
+process's first write of that kind (``inject.install_disk_fill``).
 Only processes of the test's own Python environment (``POPULORA_FAULT_PREFIX``) take the
 hooks: a vLLM server started by the run (its own venv, without the project's packages)
 inherits the variables and writes no artifacts.
@@ -35,4 +37,13 @@ if _OURS and os.environ.get("POPULORA_WORKER_FAULTS") and sys.argv and sys.argv[
         install_worker_faults(os.environ["POPULORA_WORKER_FAULTS"])
     except BaseException as exc:  # noqa: BLE001 - as above
         print(f"tests/faults: could not install the worker fault hooks: {exc!r}", flush=True)
+        os._exit(97)
+
+if _OURS and os.environ.get("POPULORA_FILL_DISK"):
+    try:
+        from tests.faults.inject import install_disk_fill
+
+        install_disk_fill(os.environ["POPULORA_FILL_DISK"])
+    except BaseException as exc:  # noqa: BLE001 - as above
+        print(f"tests/faults: could not install the disk-fill hook: {exc!r}", flush=True)
         os._exit(97)
