@@ -17,7 +17,7 @@ from populora_core.rundir.diskfull import DiskFull, is_disk_full
 def test_every_way_a_writer_says_the_disk_is_full_is_a_full_disk(tmp_path, monkeypatch):
     assert is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
     assert is_disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
-    assert is_disk_full(RuntimeError("Error while serializing: IoError(... \"No space left on device\" })"))
+    assert is_disk_full(RuntimeError('Error while serializing: IoError(... "No space left on device" })'))
     assert is_disk_full(Exception("database or disk is full"))  # SQLite (MLflow's store)
     wrapped = RuntimeError("the stage failed")
     wrapped.__cause__ = OSError(errno.ENOSPC, "No space left on device")
@@ -48,14 +48,14 @@ def test_atomic_writers_leave_nothing_half_written_on_a_full_disk(tmp_path, monk
         tmp.write_bytes(b"half")
         raise RuntimeError("file write failed")  # torch's words
 
-    with pytest.raises(DiskFull, match="no space left on device writing .*a.pt"):
+    with pytest.raises(DiskFull, match=r"no space left on device writing .*a\.pt"):
         write_file_atomic(tmp_path / "a.pt", half)
 
     def fill(tmp):
         (tmp / "adapter_model.safetensors").write_bytes(b"half")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    with pytest.raises(DiskFull, match="writing .*adapter"):
+    with pytest.raises(DiskFull, match=r"writing .*adapter"):
         write_dir_atomic(tmp_path / "adapter", fill)
     assert not list(tmp_path.iterdir()), [p.name for p in tmp_path.iterdir()]  # no temp, no final
     with pytest.raises(ValueError):  # any other error is itself
