@@ -42,12 +42,21 @@ def error(console, message: object) -> int:
     return 2
 
 
-def quiet_prefect(verbose: bool) -> None:
-    """Prefect's INFO lines drown the progress bars; the CLI prints its own summary."""
+def configure(verbose: bool) -> None:
+    """Logging as every `populora` process has it: Prefect's INFO lines drown the progress bars
+    (the CLI prints its own summary), and transformers 5's renames (gradient -> activation
+    checkpointing) warn on every update; ``verbose`` keeps both."""
+    import logging
+    import warnings
+
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if not verbose:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 def runs_dir(args: argparse.Namespace) -> Path:

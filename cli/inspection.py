@@ -29,6 +29,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if len(st.complete) < st.target_generations:
         done = ", ".join(st.next_stages_done) or "none"
         console.print(f"generation {st.next_generation}: stages done: {done}  (`populora resume {st.path}`)")
+        if st.stopped:
+            console.print(f"generation {st.next_generation}: {st.stopped.describe()}", soft_wrap=True)
     console.print(generations_table(run, wide=args.wide))
     return 0
 

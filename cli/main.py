@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
-import warnings
 from typing import get_args
 
-from cli.common import quiet_prefect
+from cli.common import configure
 from cli.data import cmd_data, cmd_models, cmd_verify
 from cli.inspection import cmd_analyze, cmd_evaluate, cmd_runs, cmd_status
 from cli.run import cmd_plan, cmd_prune, cmd_replay, cmd_resume, cmd_train
@@ -247,12 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    quiet_prefect(args.verbose)
-    if not args.verbose:  # transformers 5 renames (gradient -> activation checkpointing) warn on every update
-        warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    configure(args.verbose)
     return args.func(args)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from cli.common import as_disk_full, error, generations_table, runs_dir, user_errors
+from cli.common import error, generations_table, runs_dir, user_errors
 
 
 def run_training(
@@ -16,12 +16,13 @@ def run_training(
     cluster: dict | None = None,
     *,
     checked: bool = False,
+    verbose: bool = False,
 ) -> int:
-    """Runs the train flow on ``run``, which takes the run's lock; a run another process
+    """Runs the train flow on ``run`` in a supervised child process (``cli.supervise``: a
+    SIGKILL is recorded and explained), which takes the run's lock; a run another process
     works on, or one whose memory plan does not fit (unless ``checked`` already), fails here
     first, in one line, before any flow starts."""
-    from flows.automations import heartbeats
-    from flows.train import train_flow
+    from cli.supervise import supervise
 
     try:
         run.check_free()
@@ -30,17 +31,16 @@ def run_training(
             if cluster:  # resume's --cluster/--address: the placement this process will use
                 config = config.model_copy(update={"cluster": config.cluster.model_copy(update=cluster)})
             check_fits(console, config)
-        with heartbeats():
-            console.print(f"run directory: [bold]{run.root}[/bold]")
-            train_flow(
-                run_id=str(run.root.resolve()), generations=generations, recompute=recompute, cluster=cluster or None
-            )
+        warn_cpu_memory(console, run, cluster)
     except user_errors() as exc:
         return error(console, exc)
-    except Exception as exc:
-        if (full := as_disk_full(exc, run.root)) is None:
-            raise
-        return error(console, full)
+    if (end := run.last_attempt(run.next_generation())) is not None:
+        console.print(f"generation {run.next_generation()}: {end.describe()}", soft_wrap=True)
+    console.print(f"run directory: [bold]{run.root}[/bold]")
+    call = {"run": str(run.root), "generations": generations, "recompute": recompute, "cluster": cluster}
+    status = supervise(console, run, call | {"verbose": verbose})
+    if status != 0:
+        return status
     console.print(generations_table(run))
     console.print(f"run directory: [bold]{run.root}[/bold]  (populora status {run.root})")
     return 0
@@ -55,6 +55,24 @@ def check_fits(console, config) -> None:
     plan = machine_plan(config)
     if plan is not None:
         console.print(format_plan(config, plan), highlight=False, soft_wrap=True)
+
+
+def warn_cpu_memory(console, run, cluster: dict | None = None) -> None:
+    """Warns, before the run starts, when an update on this machine's CPU could outgrow its
+    memory (or its cgroup's limit) at the longest sequences the config allows."""
+    from populora_core.engine.memory import GIB, cpu_memory_warning
+    from populora_core.engine.placement import shape_at
+    from populora_core.models import resolve_dtype
+    from populora_core.rundir.attempts import machine_memory
+
+    config = run.config()
+    engine = (cluster or {}).get("engine") or config.cluster.engine
+    if config.model.device != "cpu" or engine != "local":
+        return
+    total, limit = machine_memory()
+    shape, dtype = shape_at(config, run.model_path), resolve_dtype(config.model.dtype, "cpu")
+    if line := cpu_memory_warning(config, shape, dtype=dtype, memory_gib=(limit or total) / GIB):
+        console.print(f"[yellow]warning:[/yellow] {line}", soft_wrap=True)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -130,7 +148,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         run = create_run(runs_dir(args), config, run_id=args.run_id, preset=preset)
     except user_errors() as exc:
         return error(console, exc)
-    return run_training(console, run, args.generations, checked=True)
+    return run_training(console, run, args.generations, checked=True, verbose=args.verbose)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -147,7 +165,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
         check_intact(run, args.recompute)  # here too: in the flow it would come with Prefect's traceback
     except user_errors() as exc:
         return error(console, exc)
-    return run_training(console, run, args.generations, recompute=args.recompute, cluster=settings)
+    return run_training(
+        console, run, args.generations, recompute=args.recompute, cluster=settings, verbose=args.verbose
+    )
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -328,3 +328,47 @@ def format_plan(config: RunConfig, plan: Plan) -> str:
         f"{plan.concurrent_sequences} of the largest stage's {plan.stage_sequences} sequences at once"
     )
     return "\n".join(lines)
+
+
+# the CPU ---------------------------------------------------------------------------
+PROCESS_GIB = 1.0
+"""A CPU run's process beyond its tensors: Python, torch, transformers, Prefect's client."""
+
+
+def cpu_phase(config: RunConfig, shape: ModelShape, *, dtype: str, micro_batch: int | None = None) -> Phase:
+    """The local engine's process on a CPU at an update's worst case (``grpo.micro_batch_size``
+    sequences of the longest length the config allows, or ``micro_batch``): the trainer's
+    pieces, the hf backend's own copy of the base weights (it stays loaded), the process."""
+    if micro_batch is not None:
+        config = config.model_copy(update={"grpo": config.grpo.model_copy(update={"micro_batch_size": micro_batch})})
+    seq = lengths(config, shape).longest_update_sequence
+    trainer = trainer_phase(config, shape, seq, checkpointing=config.grpo.gradient_checkpointing, dtype=dtype)
+    pieces = {k: v for k, v in trainer.pieces.items() if not k.startswith("CUDA")}
+    if config.inference.backend == "hf":
+        pieces["generation model (hf backend)"] = shape.parameters() * weight_bytes(dtype) / GIB
+    pieces["Python, torch, libraries"] = PROCESS_GIB
+    return Phase(pieces)
+
+
+def cpu_memory_warning(config: RunConfig, shape: ModelShape, *, dtype: str, memory_gib: float) -> str | None:
+    """A warning when ``cpu_phase`` exceeds ``memory_gib`` (the machine's, or its cgroup's limit):
+    the numbers, and the largest micro-batch that fits; None when it fits."""
+    phase = cpu_phase(config, shape, dtype=dtype)
+    if phase.total <= memory_gib:
+        return None
+    b, checkpointing = config.update_grpo.micro_batch_size, config.grpo.gradient_checkpointing
+    need = {m: cpu_phase(config, shape, dtype=dtype, micro_batch=m).total for m in range(b - 1, 0, -1)}
+    if (fits := next((m for m, gib in need.items() if gib <= memory_gib), None)) is not None:
+        advice = f"grpo.micro_batch_size={fits} fits"
+    elif not checkpointing:
+        advice = "no micro-batch fits without grpo.gradient_checkpointing"
+    else:
+        advice = "no micro-batch fits: lower inference.*_max_new_tokens or budget.references"
+    seq = lengths(config, shape).longest_update_sequence
+    largest = ", ".join(f"{k} {v:.1f} GiB" for k, v in sorted(phase.pieces.items(), key=lambda kv: -kv[1])[:2])
+    return (
+        f"an update at the longest sequences this config allows ({b} × {seq} tokens, {dtype}, activation "
+        f"checkpointing {'on' if checkpointing else 'off'}) needs up to {phase.total:.1f} GiB ({largest}, ...), "
+        f"more than the {memory_gib:.1f} GiB here: the kernel would kill it (SIGKILL) if completions and "
+        f"references grew that long; {advice}"
+    )

@@ -30,6 +30,7 @@ from populora_core.population.adapters import (
     members_from_frame,
     save_population,
 )
+from populora_core.rundir import attempts
 from populora_core.rundir import lock as runlock
 from populora_core.rundir.artifacts import (
     DamagedArtifact,
@@ -120,19 +121,25 @@ class RunDir(RunLayout):
         """Appends that this process computed ``stage`` of ``generation`` in ``seconds``
         (one short line per write: a killed process leaves whole lines)."""
         line = {"attempt": ATTEMPT_ID, "pid": os.getpid(), "stage": stage, "seconds": round(seconds, 3)}
-        with open(self.attempts_file(generation), "a") as fh:
-            fh.write(json.dumps(line | {"at": round(time.time(), 3)}) + "\n")
+        attempts.append(self.attempts_file(generation), line)
 
     def attempts(self, generation: int) -> list[dict]:
-        """Every process that computed stages of ``generation``, in order: attempt id, pid and
-        the seconds of each stage it computed."""
-        path = self.attempts_file(generation)
-        lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+        """Every process that computed stages of ``generation``, in order: attempt id, pid, the
+        seconds of each stage it computed and, for one that exited other than 0 under a
+        supervisor, how it ended (``ended``: signal or exit status, peak memory)."""
         out: dict[str, dict] = {}
-        for line in lines:
-            entry = out.setdefault(line["attempt"], {"attempt": line["attempt"], "pid": line["pid"], "stages": {}})
-            entry["stages"][line["stage"]] = entry["stages"].get(line["stage"], 0.0) + line["seconds"]
+        for line in attempts.read_lines(self.attempts_file(generation)):
+            if "seconds" in line:
+                entry = out.setdefault(line["attempt"], {"attempt": line["attempt"], "pid": line["pid"], "stages": {}})
+                entry["stages"][line["stage"]] = entry["stages"].get(line["stage"], 0.0) + line["seconds"]
+            elif line.get("event") == "ended" and line.get("attempt") in out:
+                ended = {k: line[k] for k in ("signal", "exit_status", "peak_rss") if k in line}
+                out[line["attempt"]]["ended"] = ended
         return list(out.values())
+
+    def last_attempt(self, generation: int) -> attempts.AttemptEnd | None:
+        """How the last attempt at ``generation`` stopped unfinished (``attempts.last_attempt``)."""
+        return attempts.last_attempt(self.attempts_file(generation))
 
     def write(self, generation: int, name: str, frame: pd.DataFrame) -> Path:
         """Writes artifact ``name`` of ``generation`` atomically, stamped with the run id."""

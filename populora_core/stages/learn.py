@@ -27,6 +27,7 @@ from populora_core.population.lora import LoraAdapter, delta_change
 from populora_core.population.rating import update_ratings
 from populora_core.problems import badly_formatted
 from populora_core.rewards import solve_rate, student_reward, teacher_reward
+from populora_core.rundir import attempts
 from populora_core.rundir.artifacts import columns, remove_partials, write_dir_atomic, write_text_atomic
 from populora_core.rundir.links import link_dir_atomic
 from populora_core.seeding import derive_seed
@@ -163,6 +164,7 @@ def train_one(trainer: Trainer, job: UpdateJob) -> dict:
     row, with the node that trained it (``cluster.node_name``)."""
     from populora_core.engine.cluster import node_name
 
+    attempts.note("adapter", job.row["adapter_id"])  # which adapter, should this process be killed
     before, state = load_adapter(job.source), load_optimizer_state(job.source)
     adapter, metrics, state = trainer.update(before, list(job.batch), job.grpo, state, seed=job.seed)
     row = dict(

@@ -19,9 +19,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from populora_core.problems import seed_buffers
-from populora_core.rundir import links, storage
+from populora_core.rundir import attempts, links, storage
 from populora_core.rundir.artifacts import DamagedArtifact, artifact_path, damage
-from populora_core.rundir.run import RunDir
+from populora_core.rundir.run import ATTEMPT_ID, RunDir
 from populora_core.stages import table
 
 
@@ -112,8 +112,11 @@ def run_stage(run: RunDir, generation: int, name: str) -> dict:
     cached = is_done(run, generation, stage)
     if not cached:
         require_weights(run, generation, stage, f"stage {name!r} of generation {generation}")
-        for output, frame in zip(stage.outputs, _compute(run, generation, stage), strict=True):
-            run.write(generation, output, frame)
+        with attempts.stage(run.attempts_file(generation), ATTEMPT_ID, name):  # where a killed attempt was
+            frames = _compute(run, generation, stage)
+            attempts.note("writing", "its artifacts")
+            for output, frame in zip(stage.outputs, frames, strict=True):
+                run.write(generation, output, frame)
         run.log_stage(generation, name, time.perf_counter() - started)
     return {
         "stage": name,
@@ -152,6 +155,7 @@ class RunStatus:
     stages: tuple[str, ...]
     damaged: dict[str, str]  # "gen_NNNN/<artifact>" -> why it cannot be read
     holder: str | None  # the live process working on the run, if any
+    stopped: attempts.AttemptEnd | None  # how the last attempt at the next generation stopped unfinished
 
 
 def run_status(run: RunDir) -> RunStatus:
@@ -170,6 +174,7 @@ def run_status(run: RunDir) -> RunStatus:
         stages=table.stage_names(),
         damaged={f"{run.gen(g).name}/{name}": why for g in run.generations() for name, why in damaged(run, g).items()},
         holder=holder.describe() if (holder := run.holder()) else None,
+        stopped=None if holder else run.last_attempt(nxt),
     )
 
 

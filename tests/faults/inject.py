@@ -254,3 +254,18 @@ def disk_fill_env(env: dict[str, str], kind: str, mount: Path) -> dict[str, str]
         "POPULORA_FILL_DISK": f"{kind}:{mount}",
         "POPULORA_FAULT_PREFIX": PREFIX,
     }
+
+
+# an update that outgrows its memory ------------------------------------------------------
+def install_memory_growth() -> None:
+    """``POPULORA_GROW_MEMORY=1``: the first ``Trainer.update`` of the process (after the update
+    stage has noted which adapter it trains) allocates and touches memory until the kernel
+    kills the process, as an update whose activations outgrow the machine does."""
+    from populora_core.training.trainer import Trainer
+
+    def growing(self, *args, **kwargs):
+        held = []
+        while True:
+            held.append(bytearray(64 << 20))  # zero-filled: every page touched
+
+    Trainer.update = growing

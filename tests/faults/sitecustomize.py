@@ -7,7 +7,8 @@ writing that stage's first artifact (half a temp file left on disk). With
 created first), so a retried flow run gets through. ``POPULORA_WORKER_FAULTS=<dir>`` (in a
 Ray node's environment) arms the workers' faults of ``inject.install_worker_faults``.
 ``POPULORA_FILL_DISK=<kind>:<mount>`` fills the filesystem at ``mount`` just before the
-process's first write of that kind (``inject.install_disk_fill``).
+process's first write of that kind (``inject.install_disk_fill``). ``POPULORA_GROW_MEMORY=1``
+makes the first adapter update grow until the kernel kills it (``inject.install_memory_growth``).
 Only processes of the test's own Python environment (``POPULORA_FAULT_PREFIX``) take the
 hooks: a vLLM server started by the run (its own venv, without the project's packages)
 inherits the variables and writes no artifacts.
@@ -46,4 +47,13 @@ if _OURS and os.environ.get("POPULORA_FILL_DISK"):
         install_disk_fill(os.environ["POPULORA_FILL_DISK"])
     except BaseException as exc:  # noqa: BLE001 - as above
         print(f"tests/faults: could not install the disk-fill hook: {exc!r}", flush=True)
+        os._exit(97)
+
+if _OURS and os.environ.get("POPULORA_GROW_MEMORY"):
+    try:
+        from tests.faults.inject import install_memory_growth
+
+        install_memory_growth()
+    except BaseException as exc:  # noqa: BLE001 - as above
+        print(f"tests/faults: could not install the memory-growth hook: {exc!r}", flush=True)
         os._exit(97)

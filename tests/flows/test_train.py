@@ -107,6 +107,8 @@ def test_sigkill_during_stages_then_resume_gives_the_uninterrupted_artifacts(
         args = train if i == 0 else ["resume", str(run.root)]
         result = populora(args, prefect_server, fault=f"{stage}@{generation}")
         assert result.returncode == -9, (stage, result.stdout[-3000:])
+        said = f"generation {generation}: the last attempt (pid "  # the supervisor names the stage and signal
+        assert f"{said}" in result.stdout and f"killed by SIGKILL in stage {stage} (writing" in result.stdout, stage
         gen = run.gen(generation)
         assert partial_files(gen), stage  # killed half-way through writing
         assert not (gen / SUCCESS).exists()

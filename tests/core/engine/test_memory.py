@@ -308,3 +308,22 @@ def test_max_model_len_is_rounded_up_to_the_context_at_most_and_holds_an_evaluat
     assert raw < n.max_model_len and n.max_model_len % 256 == 0
     snug = ModelShape.from_config({**UNSEEN, "max_position_embeddings": raw + 1})
     assert lengths(paper, snug).max_model_len == raw + 1  # rounded up to the context, not past it
+
+
+# the CPU: a warning before a run whose update could outgrow the machine ---------------------
+def test_a_cpu_update_that_would_outgrow_the_memory_is_warned_with_a_micro_batch_that_fits():
+    config = load_config(None, preset="cpu-tiny", overrides=["grpo.gradient_checkpointing=false"])
+    shape = ModelShape.from_config(memory.KNOWN_SHAPES["Qwen/Qwen2.5-Coder-7B"])
+    need = memory.cpu_phase(config, shape, dtype="bfloat16").total
+    assert memory.cpu_memory_warning(config, shape, dtype="bfloat16", memory_gib=need + 0.1) is None
+    line = memory.cpu_memory_warning(config, shape, dtype="bfloat16", memory_gib=need * 0.6)
+    assert line and f"needs up to {need:.1f} GiB" in line, line
+    fits = int(line.rsplit("grpo.micro_batch_size=", 1)[1].split()[0])
+    assert 1 <= fits < config.grpo.micro_batch_size
+    assert memory.cpu_phase(config, shape, dtype="bfloat16", micro_batch=fits).total <= need * 0.6
+    assert memory.cpu_phase(config, shape, dtype="bfloat16", micro_batch=fits + 1).total > need * 0.6
+    # the hf backend keeps its own copy of the weights beside the trainer's
+    pieces = memory.cpu_phase(config, shape, dtype="bfloat16").pieces
+    assert pieces["generation model (hf backend)"] == pytest.approx(pieces["base weights"])
+    tiny = memory.cpu_memory_warning(config, shape, dtype="bfloat16", memory_gib=pieces["base weights"])
+    assert "no micro-batch fits without grpo.gradient_checkpointing" in tiny

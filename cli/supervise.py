@@ -1,0 +1,160 @@
+"""`populora train` and `resume` run the training in a child process and watch it.
+
+A process that the kernel kills (SIGKILL, most often its out-of-memory killer) cannot say so
+itself. The `populora` process that started it can: ``os.wait4`` gives the signal and the
+child's peak resident memory, and the child's own lines in ``gen_NNNN/_attempts.jsonl`` say
+which stage and adapter it was in (``populora_core.rundir.attempts``). The supervisor appends
+how the child ended there, prints that in one line, and then ends the way the child did (the
+same signal, or the same exit status), so a caller sees what it saw before.
+
+Ctrl-C reaches both (one process group): the child stops as it always did, the supervisor
+waits for it. A SIGTERM or SIGHUP sent to the supervisor alone is passed on to the child.
+
+``python -m cli.supervise CALL`` is the child: ``CALL`` is the JSON of ``train_here``'s arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from cli.common import as_disk_full, error, user_errors
+
+CHILD_ENV = "POPULORA_SUPERVISED"
+"""Set in the child (whatever it starts, e.g. a test's nested `populora`, is not supervised twice)."""
+
+
+def supervise(console, run, call: dict) -> int:
+    """Runs ``train_here(call)`` in a child process and waits for it; returns its exit status. A
+    child that exited other than 0 is recorded in the attempts file of the generation it was
+    computing; one killed by a signal is also explained in one line, and this process then
+    dies of the same signal."""
+    from populora_core.rundir.attempts import record_end
+
+    if os.environ.get(CHILD_ENV):
+        return train_here(call)
+    argv = [sys.executable, "-m", "cli.supervise", json.dumps(call)]
+    _become_subreaper()
+    child = subprocess.Popen(argv, env={**os.environ, CHILD_ENV: "1"})
+    passed_on = {sig: signal.signal(sig, lambda s, _f: child.send_signal(s)) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child gets Ctrl-C too, and stops itself
+    try:
+        _, status, usage = _wait4(child.pid)
+    finally:
+        for sig, handler in {**passed_on, signal.SIGINT: interrupt}.items():
+            signal.signal(sig, handler)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    _stop_orphans()
+    if child.returncode == 0:
+        return 0
+    generation = run.next_generation()
+    path = run.attempts_file(generation)
+    if path.parent.is_dir():
+        try:
+            record_end(path, child.pid, status, usage)
+        except OSError as exc:  # a full disk: what the child printed says so
+            console.print(f"could not record how the training process ended in {path}: {exc}")
+    if os.WIFSIGNALED(status):
+        end = run.last_attempt(generation)
+        what = end.describe() if end else f"killed by {signal.Signals(os.WTERMSIG(status)).name} before its first stage"
+        line = f"[red]error:[/red] generation {generation}: {what}; `populora resume {run.root}` goes on"
+        console.print("\n" + line, soft_wrap=True)  # the child's progress bar may have left its line open
+        _die_like(os.WTERMSIG(status))
+    return child.returncode
+
+
+def _become_subreaper() -> None:
+    """Processes the child leaves behind (its ephemeral Prefect server, a vLLM server, when
+    the child is killed before it stops them) become this process's children, not init's."""
+    import ctypes
+
+    pr_set_child_subreaper = 36
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+
+
+def _stop_orphans(grace: float = 10.0) -> None:
+    """Stops what the child left running: SIGTERM, then SIGKILL after ``grace`` seconds; reaps them."""
+    import time
+
+    def children() -> list[int]:
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                    found.append(int(stat.parent.name))
+        return found
+
+    for i, sig in enumerate((signal.SIGTERM, signal.SIGKILL)):
+        deadline = time.monotonic() + (grace if i == 0 else 5.0)
+        for pid in children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        while (left := children()) and time.monotonic() < deadline:
+            for pid in left:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.1)
+        if not left:
+            return
+
+
+def _wait4(pid: int) -> tuple[int, int, object]:
+    while True:
+        try:
+            return os.wait4(pid, 0)
+        except InterruptedError:  # a signal passed on meanwhile
+            continue
+
+
+def _die_like(sig: int) -> None:
+    """Ends this process with signal ``sig``, as the child ended."""
+    sys.stdout.flush()
+    if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to reset
+        signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+    signal.pause()  # a signal that does not end a process by default (rare): wait for it
+
+
+def train_here(call: dict) -> int:
+    """The train flow on ``call["run"]`` in this process: what the child runs. Errors a user can
+    cause, and a full disk, print one line and give exit status 2."""
+    from rich.console import Console
+
+    from flows.automations import heartbeats
+    from flows.train import train_flow
+
+    console = Console()
+    root = Path(call["run"])
+    try:
+        with heartbeats():
+            train_flow(
+                run_id=str(root.resolve()),
+                generations=call.get("generations"),
+                recompute=call.get("recompute"),
+                cluster=call.get("cluster") or None,
+            )
+    except user_errors() as exc:
+        return error(console, exc)
+    except Exception as exc:
+        if (full := as_disk_full(exc, root)) is None:
+            raise
+        return error(console, full)
+    return 0
+
+
+def _child_main(argv: list[str]) -> int:
+    from cli.common import configure
+
+    call = json.loads(argv[0])
+    configure(call.get("verbose", False))
+    return train_here(call)
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))
