@@ -7,7 +7,7 @@ Every process that computes stages of a generation appends short JSON lines to
 - ``{"event": "adapter", "stage": "update", "detail": A, "peak_rss": B}``: it began training
   adapter A (the local engine; a Ray task trains in another process and says nothing here);
 - ``{"event": "writing", "stage": S, "detail": "its artifacts"}``: it computed S and writes it;
-- ``{"stage": S, "seconds": T}``: it finished stage S in T seconds;
+- ``{"stage": S, "seconds": T, "peak_rss": B}``: it finished stage S in T seconds;
 - ``{"event": "ended", "signal": "SIGKILL" | "exit_status": N, "peak_rss": B, "memory": M,
   "memory_limit": L}``: written by the `populora` process that supervised it (``cli.supervise``)
   when it exited other than 0: the signal or exit status, its peak resident memory as the

@@ -121,7 +121,7 @@ class RunDir(RunLayout):
         """Appends that this process computed ``stage`` of ``generation`` in ``seconds``
         (one short line per write: a killed process leaves whole lines)."""
         line = {"attempt": ATTEMPT_ID, "pid": os.getpid(), "stage": stage, "seconds": round(seconds, 3)}
-        attempts.append(self.attempts_file(generation), line)
+        attempts.append(self.attempts_file(generation), line | {"peak_rss": attempts.peak_rss()})
 
     def attempts(self, generation: int) -> list[dict]:
         """Every process that computed stages of ``generation``, in order: attempt id, pid, the
