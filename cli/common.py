@@ -57,6 +57,19 @@ def configure(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    if not verbose:
+        for name in ("prefect.task_runs", "prefect.flow_runs"):
+            logging.getLogger(name).addFilter(_said_in_one_line)
+
+
+def _said_in_one_line(record) -> bool:
+    """False for Prefect's log of a task or flow run failing with an error a user can cause (its
+    traceback, then its state): the command prints that in one line. Other errors keep their logs."""
+    names = {cls.__name__ for cls in user_errors()}
+    if record.exc_info and record.exc_info[1] is not None:
+        return not isinstance(record.exc_info[1], user_errors())
+    message = record.getMessage()
+    return not (message.startswith("Finished in state Failed") and any(f"exception {n}:" in message for n in names))
 
 
 def runs_dir(args: argparse.Namespace) -> Path:

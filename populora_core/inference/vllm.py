@@ -284,7 +284,8 @@ class VLLMBackend:
         n, self._clipped = len(self.servers), 0
         with ThreadPoolExecutor(max_workers=min(64 * n, len(requests))) as pool:
             results = pool.map(lambda i: self._one(requests[i], params, self.servers[i % n]), range(len(requests)))
-            out = list(tqdm(results, total=len(requests), desc=progress, disable=progress is None, leave=False))
+            with tqdm(results, total=len(requests), desc=progress, disable=progress is None, leave=False) as bar:
+                out = list(bar)  # the bar is closed on an error too: an error line starts a line of its own
         if self._clipped:
             log.warning(
                 "%d of %d requests had less room than %d new tokens under --max-model-len %d (cut short: "

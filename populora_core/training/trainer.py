@@ -359,7 +359,8 @@ class Trainer:
     def map(self, fn: Callable[[Trainer, T], R], jobs: Sequence[T], *, desc: str | None = None) -> list[R]:
         """``[fn(self, job) for job in jobs]`` with a progress bar: independent updates, one after
         another (``cluster.RayTrainer.map`` runs them as one Ray task each)."""
-        return [fn(self, job) for job in tqdm(jobs, desc=desc, unit="adapter", leave=False, disable=desc is None)]
+        with tqdm(jobs, desc=desc, unit="adapter", leave=False, disable=desc is None) as bar:  # closed on errors too
+            return [fn(self, job) for job in bar]
 
 
 def _return_freed_memory() -> None:
