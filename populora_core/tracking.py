@@ -10,11 +10,12 @@ same ones. A failing backend returns a warning, never stops a run (docs/runs.md)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from populora_core.rundir.artifacts import SUCCESS
@@ -149,19 +150,20 @@ def _sync_tensorboard(run: RunDir, done: list[int], figures_of: Figures) -> list
     before = set(tensorboard_dir(run).glob("events.out.tfevents.*"))
     writer = None
     try:
-        try:
-            writer = SummaryWriter(str(tensorboard_dir(run)), filename_suffix=suffix)
-            for g in todo:
-                walltime = _finished_at(run, g)
-                if g == 0 and ("config/text_summary", 0) not in seen:
-                    config = run.config_file.read_text()
-                    writer.add_text("config", "\n".join("    " + line for line in config.splitlines()), 0, walltime)
-                for tag, value in figures_of(g).items():
-                    if (tag, g) not in seen:
-                        writer.add_scalar(tag, value, g, walltime=walltime)
-        finally:
-            if writer is not None:
-                writer.close()
+        with _writer_thread_errors_raised_here():
+            try:
+                writer = SummaryWriter(str(tensorboard_dir(run)), filename_suffix=suffix)
+                for g in todo:
+                    walltime = _finished_at(run, g)
+                    if g == 0 and ("config/text_summary", 0) not in seen:
+                        config = "\n".join("    " + line for line in run.config_file.read_text().splitlines())
+                        writer.add_text("config", config, 0, walltime)
+                    for tag, value in figures_of(g).items():
+                        if (tag, g) not in seen:
+                            writer.add_scalar(tag, value, g, walltime=walltime)
+            finally:
+                if writer is not None:
+                    writer.close()
     except Exception as exc:
         if is_disk_full(exc, tensorboard_dir(run)):  # this sync's own file, cut short: not a whole one
             for partial in set(tensorboard_dir(run).glob("events.out.tfevents.*")) - before:
@@ -169,6 +171,26 @@ def _sync_tensorboard(run: RunDir, done: list[int], figures_of: Figures) -> list
         raise
     _record(run, "tensorboard", {"log_dir": TB_DIR, "logged_through": todo[-1]})
     return todo
+
+
+@contextlib.contextmanager
+def _writer_thread_errors_raised_here() -> Iterator[None]:
+    """TensorBoard writes from a thread of its own, and raises that thread's error again in the
+    caller (its next flush or close); Python would print the thread's traceback too. Here a
+    full disk is said once, by the caller; any other error of a thread is printed as before."""
+    import threading
+
+    previous = threading.excepthook
+
+    def hook(args) -> None:
+        if args.exc_value is None or not is_disk_full(args.exc_value):
+            previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
 
 
 def _tensorboard_report(run: RunDir, text: str) -> None:
