@@ -269,3 +269,29 @@ def install_memory_growth() -> None:
             held.append(bytearray(64 << 20))  # zero-filled: every page touched
 
     Trainer.update = growing
+
+
+# a stand-in for what the model happens to sample ----------------------------------------
+STANDIN_DETAIL = "stand-in verdict (tests/faults): every answer of the stage had the same verdict"
+
+
+def install_standin_verdicts() -> None:
+    """``POPULORA_STANDIN_VERDICTS=1``: the verify stage's verdicts, with one stand-in when every
+    answer got the same one (SmolLM2 often answers all of a generation's 8 in a bad format, or
+    not, as the CPU's numerics decide): the first answer's verdict is changed (a format error
+    to wrong, anything else to a format error), so the students' rewards differ and the update
+    trains whatever was sampled. The sandbox still judges every answer."""
+    import dataclasses
+
+    from populora_core.stages import play
+
+    check = play.check_answers
+
+    def with_a_standin(items, pool, config):
+        results = check(items, pool, config)
+        if len(results) > 1 and len({r.verdict for r in results}) == 1:
+            other = "wrong" if results[0].verdict == "format_error" else "format_error"
+            results[0] = dataclasses.replace(results[0], verdict=other, detail=STANDIN_DETAIL)
+        return results
+
+    play.check_answers = with_a_standin

@@ -9,6 +9,9 @@ Ray node's environment) arms the workers' faults of ``inject.install_worker_faul
 ``POPULORA_FILL_DISK=<kind>:<mount>`` fills the filesystem at ``mount`` just before the
 process's first write of that kind (``inject.install_disk_fill``). ``POPULORA_GROW_MEMORY=1``
 makes the first adapter update grow until the kernel kills it (``inject.install_memory_growth``).
+``POPULORA_STANDIN_VERDICTS=1`` (every flows test's runs) changes one verdict of a verify stage
+whose answers all got the same one (``inject.install_standin_verdicts``), so that what a test
+checks does not hang on what the model happens to sample on this CPU.
 Only processes of the test's own Python environment (``POPULORA_FAULT_PREFIX``) take the
 hooks: a vLLM server started by the run (its own venv, without the project's packages)
 inherits the variables and writes no artifacts.
@@ -56,4 +59,13 @@ if _OURS and os.environ.get("POPULORA_GROW_MEMORY"):
         install_memory_growth()
     except BaseException as exc:  # noqa: BLE001 - as above
         print(f"tests/faults: could not install the memory-growth hook: {exc!r}", flush=True)
+        os._exit(97)
+
+if _OURS and os.environ.get("POPULORA_STANDIN_VERDICTS"):
+    try:
+        from tests.faults.inject import install_standin_verdicts
+
+        install_standin_verdicts()
+    except BaseException as exc:  # noqa: BLE001 - as above
+        print(f"tests/faults: could not install the stand-in verdicts: {exc!r}", flush=True)
         os._exit(97)
