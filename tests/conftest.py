@@ -79,3 +79,59 @@ def single_pool(request):
 @pytest.fixture(scope="session")
 def problems_config() -> ProblemsConfig:
     return ProblemsConfig()
+
+
+class WorkerSignaller:
+    """From the host, sends ``sig`` to each sandbox worker whose job has run longer than
+    ``after`` seconds: how a test makes a worker die or hang mid-job now that a program
+    cannot signal its worker (the worker is pid 1 of its pid namespace, which ignores the
+    signals sent from inside it). Root only (the workers run as their own uids)."""
+
+    def __init__(self, sig: int, after: float) -> None:
+        import threading
+
+        self.sig, self.after, self.sent = sig, after, 0
+        self._done, self._seen = threading.Event(), set()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> WorkerSignaller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        while not self._done.wait(0.02):
+            workers = _worker_processes()  # pid -> (ppid, start ticks)
+            now = float(open("/proc/uptime").read().split()[0])  # noqa: SIM115
+            for pid, (ppid, start) in workers.items():
+                busy = ppid in workers and now - start / tick > self.after  # a job's child, running long
+                if busy and pid not in self._seen:
+                    self._seen.add(pid)
+                    try:
+                        os.kill(ppid, self.sig)
+                        self.sent += 1
+                    except ProcessLookupError:
+                        pass
+
+
+def _worker_processes() -> dict[int, tuple[int, int]]:
+    """pid -> (ppid, start time in clock ticks) of every sandbox worker process and job child."""
+    out = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                if b"--isolated" not in fh.read() or not os.path.exists(f"/proc/{entry.name}/stat"):
+                    continue
+            with open(f"/proc/{entry.name}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            out[int(entry.name)] = (int(fields[1]), int(fields[19]))
+    return out

@@ -5,7 +5,11 @@
   and /usr/lib mounted, read-only; a read-only root and /dev (its character
   devices still work); writable only a size-capped private /tmp and /dev/shm,
   which the worker empties after every job; no capabilities; empty
-  environment. Dies with its parent.
+  environment. Dies with its parent. The worker is the pid namespace's pid 1
+  (``--as-pid-1``): bubblewrap's own init would run as the program's uid, traceable by
+  it and holding the job and result pipes, so a program could forge the results of the
+  jobs after it; the worker is non-dumpable (untraceable, its descriptors closed to
+  /proc) and, as its namespace's init, deaf to the signals its programs send it.
 - ``docker`` (docker_backend.py): one long-lived hardened container per worker,
   driven through the Docker SDK.
 - ``unsafe-subprocess``: the worker as a plain child process with rlimits only.
@@ -216,7 +220,7 @@ class LocalBackend:
             ]  # fmt: skip
         bwrap = [
             "bwrap",
-            "--unshare-all", "--unshare-user", "--disable-userns",
+            "--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--clearenv", "--setenv", "PYTHONHASHSEED", "0", "--setenv", "PATH", "/usr/bin",
             *self._filesystem(python),

@@ -3,7 +3,11 @@
 Each container runs the same worker as ``local`` (worker.py) and is created
 with: no network, a read-only root, a distinct non-root uid, ``cap_drop ALL``,
 ``no-new-privileges``, pids and memory limits (the memory limit counts the
-container's tmpfs and shared memory too), an init, a private IPC namespace,
+container's tmpfs and shared memory too), the worker as pid 1 (no init: an init runs as
+the program's uid, can be traced by it and holds the attach socket, so a program could
+write results for the jobs after it; the non-dumpable worker cannot be traced, its
+descriptors cannot be opened through /proc, and as its namespace's init it ignores the
+signals its programs send it; the pool kills hung containers through the API), a private IPC namespace,
 and writable only a size-capped /tmp and /dev/shm (and /dev/mqueue, which
 Docker always mounts), all emptied by the worker after every job. The worker's
 stdin and stdout are one attach socket (``attach_socket``, created before the
@@ -145,7 +149,7 @@ class DockerBackend:
             pids_limit=max(32, self.config.max_procs * 2),
             mem_limit=mem,
             memswap_limit=mem,
-            init=True,
+            init=False,  # the worker is pid 1 (see the module's docstring)
             environment={"PYTHONHASHSEED": "0"},
             working_dir="/tmp",
             log_config={"type": "none", "config": {}},

@@ -50,7 +50,10 @@ class Result:
 def encode_job(
     job_id: int, job: Job, *, timeout_s: float, memory_mb: int, max_output_bytes: int, max_procs: int
 ) -> bytes:
-    """The JSON line a worker reads for ``job``, with defaults filled in."""
+    """What a worker reads for ``job``, defaults filled in: its JSON's length in bytes, a space,
+    the JSON, a newline. The length lets the worker read exactly one job from the pipe and no
+    further: the jobs queued behind it stay in the kernel's pipe, out of reach of the program
+    its forked child runs (a read-ahead buffer would hand them to it, copied with the memory)."""
     record = {
         "id": job_id,
         "code": job.code,
@@ -61,7 +64,8 @@ def encode_job(
         "max_procs": max_procs,
         "salt": job.salt,
     }
-    return json.dumps(record).encode() + b"\n"
+    body = json.dumps(record).encode()
+    return b"%d " % len(body) + body + b"\n"
 
 
 def decode_result(line: bytes) -> tuple[int | None, Result]:

@@ -3,8 +3,10 @@
 Standard library only: this file is executed by a bare interpreter inside the
 isolation (bubblewrap or a Docker container), never imported by the host.
 
-Protocol: one JSON object per line on stdin (a job), one JSON object per line on
-stdout (its result), in the same order. A job::
+Protocol: one JSON object per line on stdin (a job), prefixed with its length in bytes and
+a space (read to its end and no further: the jobs behind it stay in the pipe, never in the
+memory a forked program inherits), one JSON object per line on stdout (its result), in the
+same order. A job::
 
     {"id": 7, "code": "def f(x): ...", "expr": "f(3)",
      "timeout_s": 2.0, "memory_mb": 512, "max_output_bytes": 65536}
@@ -22,8 +24,11 @@ Threat model (docs/sandbox.md): the program is hostile; this worker is the inner
 (a forked child per program under ``jail.py``'s limits and seccomp filter, a hard
 wall-clock SIGKILL, an output cap; with ``--isolated`` every process a job left is
 killed and every writable directory swept), the backend's isolation the outer one.
-``--check`` runs the start checks, prints ``ok`` and exits. A program may kill this
-worker (same uid): the host pool replaces it and retries the job once.
+``--check`` runs the start checks, prints ``ok`` and exits. The backends start this worker
+as pid 1 of its pid namespace: its programs' signals to it are dropped, and no init beside
+it (of the program's uid) holds its pipes. One it cannot stop: a program forging its own
+result on fd 3 (docs/sandbox.md). A worker that dies anyway is replaced by the host pool,
+which retries the job once.
 """
 
 from __future__ import annotations
@@ -270,6 +275,29 @@ def run_job(job: dict, *, isolated: bool) -> dict:
     return result
 
 
+def _read_job(fd: int) -> bytes | None:
+    """One job from ``fd`` (``b"<length> <json>\\n"``, ``protocol.encode_job``), read to its last
+    byte and not one further: no read-ahead buffer holds the jobs queued behind it, so the
+    child forked for this one has no copy of them. None at EOF."""
+    head = b""
+    while not head.endswith(b" "):
+        byte = os.read(fd, 1)
+        if not byte:
+            return None
+        head += byte
+        if len(head) > 12:
+            return b"malformed"  # not a length: judged malformed, and the stream with it
+    if not head[:-1].isdigit():
+        return b"malformed"
+    want, body = int(head[:-1]) + 1, bytearray()
+    while len(body) < want:
+        chunk = os.read(fd, want - len(body))
+        if not chunk:
+            return None
+        body += chunk
+    return bytes(body)
+
+
 def _describe_exit(wait_status: int | None) -> str:
     if wait_status is None:
         return "child vanished"
@@ -347,9 +375,7 @@ def main(argv: list[str]) -> int:
     os.environ.clear()
     os.environ.update(keep)
     out = sys.stdout.buffer
-    for line in sys.stdin.buffer:
-        if not line.strip():
-            continue
+    while (line := _read_job(0)) is not None:
         try:
             job = json.loads(line)
         except ValueError:

@@ -152,9 +152,16 @@ def test_setsid_grandchild_does_not_outlive_its_job(single_pool):
     assert survey.value == "[]"
 
 
-def test_killing_the_worker_is_survived(single_pool):
-    result = attack(single_pool, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n")
-    assert result.status == "sandbox_failure"
+def test_a_program_cannot_kill_or_stop_its_worker(single_pool):
+    """The worker is pid 1 of its pid namespace: the signals its programs send it are dropped
+    (and it has no init beside it, running as the program's uid, to trace or signal)."""
+    restarts = single_pool.stats.worker_restarts
+    for sig in ("SIGKILL", "SIGSTOP", "SIGTERM"):
+        result = attack(single_pool, f"import os, signal\nos.kill(os.getppid(), signal.{sig})\nprint(os.getppid())\n")
+        assert (result.status, result.stdout) == ("ok", "1\n"), (sig, result)
+    everyone = attack(single_pool, "import os, signal\nos.kill(-1, signal.SIGKILL)\n")
+    assert "No such process" in (everyone.error or ""), everyone  # nobody else to signal: not even pid 1
+    assert (attack(single_pool, "", expr="6 * 7").value, single_pool.stats.worker_restarts) == ("42", restarts)
 
 
 def test_huge_output_is_capped(single_pool):
