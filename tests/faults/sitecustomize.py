@@ -24,48 +24,28 @@ import sys
 from pathlib import Path
 
 _OURS = os.environ.get("POPULORA_FAULT_PREFIX", "") in ("", str(Path(sys.prefix).resolve()))
+_WORKER = bool(sys.argv) and sys.argv[0].endswith("default_worker.py")  # a Ray worker process
 
-if _OURS and os.environ.get("POPULORA_FAULT"):
+
+def _install(variable: str, installer: str, *args: str | None) -> None:
+    """Calls ``tests.faults.inject.<installer>(*args)`` when ``$variable`` is set; a hook that
+    cannot be installed ends the process (site.py would swallow the error, and the test would
+    fail obscurely)."""
+    if not os.environ.get(variable):
+        return
     try:
-        from tests.faults.inject import install
+        from tests.faults import inject
 
-        install(os.environ["POPULORA_FAULT"], os.environ.get("POPULORA_FAULT_ONCE"))
-    except BaseException as exc:  # noqa: BLE001 - site.py would swallow it; the test would fail obscurely
-        print(f"tests/faults: could not install the fault hook: {exc!r}", flush=True)
+        getattr(inject, installer)(*args)
+    except BaseException as exc:  # noqa: BLE001 - see above
+        print(f"tests/faults: could not install {installer} ({variable}): {exc!r}", flush=True)
         os._exit(97)
 
-if _OURS and os.environ.get("POPULORA_WORKER_FAULTS") and sys.argv and sys.argv[0].endswith("default_worker.py"):
-    try:
-        from tests.faults.inject import install_worker_faults
 
-        install_worker_faults(os.environ["POPULORA_WORKER_FAULTS"])
-    except BaseException as exc:  # noqa: BLE001 - as above
-        print(f"tests/faults: could not install the worker fault hooks: {exc!r}", flush=True)
-        os._exit(97)
-
-if _OURS and os.environ.get("POPULORA_FILL_DISK"):
-    try:
-        from tests.faults.inject import install_disk_fill
-
-        install_disk_fill(os.environ["POPULORA_FILL_DISK"])
-    except BaseException as exc:  # noqa: BLE001 - as above
-        print(f"tests/faults: could not install the disk-fill hook: {exc!r}", flush=True)
-        os._exit(97)
-
-if _OURS and os.environ.get("POPULORA_GROW_MEMORY"):
-    try:
-        from tests.faults.inject import install_memory_growth
-
-        install_memory_growth()
-    except BaseException as exc:  # noqa: BLE001 - as above
-        print(f"tests/faults: could not install the memory-growth hook: {exc!r}", flush=True)
-        os._exit(97)
-
-if _OURS and os.environ.get("POPULORA_STANDIN_VERDICTS"):
-    try:
-        from tests.faults.inject import install_standin_verdicts
-
-        install_standin_verdicts()
-    except BaseException as exc:  # noqa: BLE001 - as above
-        print(f"tests/faults: could not install the stand-in verdicts: {exc!r}", flush=True)
-        os._exit(97)
+if _OURS:
+    _install("POPULORA_FAULT", "install", os.environ.get("POPULORA_FAULT"), os.environ.get("POPULORA_FAULT_ONCE"))
+    if _WORKER:
+        _install("POPULORA_WORKER_FAULTS", "install_worker_faults", os.environ.get("POPULORA_WORKER_FAULTS"))
+    _install("POPULORA_FILL_DISK", "install_disk_fill", os.environ.get("POPULORA_FILL_DISK"))
+    _install("POPULORA_GROW_MEMORY", "install_memory_growth")
+    _install("POPULORA_STANDIN_VERDICTS", "install_standin_verdicts")
