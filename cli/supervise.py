@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from cli.common import as_disk_full, error, user_errors
+from populora_core.rundir.lock import COMMAND_ENV
 
 CHILD_ENV = "POPULORA_SUPERVISED"
 """Set in the child (whatever it starts, e.g. a test's nested `populora`, is not supervised twice)."""
@@ -40,7 +41,8 @@ def supervise(console, run, call: dict) -> int:
         return train_here(call)
     argv = [sys.executable, "-m", "cli.supervise", json.dumps(call)]
     _become_subreaper()
-    child = subprocess.Popen(argv, env={**os.environ, CHILD_ENV: "1"})
+    command = " ".join(["populora", *sys.argv[1:]])  # what the run's lock names (rundir.lock)
+    child = subprocess.Popen(argv, env={**os.environ, CHILD_ENV: "1", COMMAND_ENV: command})
     passed_on = {sig: signal.signal(sig, lambda s, _f: child.send_signal(s)) for sig in (signal.SIGTERM, signal.SIGHUP)}
     interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child gets Ctrl-C too, and stops itself
     try:

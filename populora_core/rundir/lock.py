@@ -53,9 +53,13 @@ _held: dict[str, list] = {}  # resolved lock path -> [fd, depth]
 _guard = threading.Lock()
 
 
+COMMAND_ENV = "POPULORA_COMMAND"
+"""The command line a supervised training process records (its supervisor's: ``cli.supervise``)."""
+
+
 def process_command() -> str:
     """This process's command line as the lock records it (``populora train …``)."""
-    return " ".join(["populora", *sys.argv[1:]])[:200]
+    return (os.environ.get(COMMAND_ENV) or " ".join(["populora", *sys.argv[1:]]))[:200]
 
 
 def lock_path(run_root: str | Path) -> Path:

@@ -27,19 +27,23 @@ def test_results_come_back_in_order(local_pool):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="signals the sandbox uids' workers from the host (CI runs as root)")
-def test_no_job_is_lost_when_workers_die(local_pool):
-    slow = Job(code="import time\ntime.sleep(1.5)\n")  # its worker is killed from the host meanwhile
+def test_no_job_is_lost_when_workers_die():
+    pool = start_pool("local", workers=2, timeout_s=8.0)
+    slow = Job(code="import time\ntime.sleep(6)\n")  # its worker is killed from the host meanwhile
     jobs = [slow if i % 25 == 7 else Job(code="", expr=str(i)) for i in range(100)]
-    before = local_pool.stats
-    with WorkerSignaller(signal.SIGKILL, after=0.5):
-        results = local_pool.run(jobs)
+    before = pool.stats
+    try:
+        with WorkerSignaller(signal.SIGKILL, after=2.0):  # a benign job lasts milliseconds
+            results = pool.run(jobs)
+    finally:
+        pool.close()
     assert len(results) == 100
     for i, r in enumerate(results):
         if i % 25 == 7:
             assert r.status == "sandbox_failure"
         else:
             assert (r.status, r.value) == ("ok", str(i))
-    after = local_pool.stats
+    after = pool.stats
     assert after.worker_restarts - before.worker_restarts == 8  # 4 killers, each run twice
     assert after.retries - before.retries == 4
 
@@ -47,10 +51,10 @@ def test_no_job_is_lost_when_workers_die(local_pool):
 @pytest.mark.skipif(os.geteuid() != 0, reason="signals the sandbox uids' workers from the host (CI runs as root)")
 @pytest.mark.parametrize("backend", ["local", pytest.param("docker", marks=pytest.mark.docker)])
 def test_hung_worker_is_replaced_and_job_retried_once(backend):
-    pool = start_pool(backend, workers=1, timeout_s=0.6, worker_grace_s=0.5)
-    slow = Job(code="import time\ntime.sleep(0.5)\n")  # its worker is stopped from the host meanwhile
+    pool = start_pool(backend, workers=1, timeout_s=3.0, worker_grace_s=0.5)
+    slow = Job(code="import time\ntime.sleep(2.5)\n")  # its worker is stopped from the host meanwhile
     try:
-        with WorkerSignaller(signal.SIGSTOP, after=0.15):
+        with WorkerSignaller(signal.SIGSTOP, after=1.0):  # a benign job lasts milliseconds
             results = pool.run([slow, Job(code="", expr="6 * 7")])
         assert results[0].status == "sandbox_failure"
         assert "hung" in (results[0].error or "")
