@@ -81,6 +81,7 @@ def _child(job: dict, out_w: int, res_w: int, workdir: str) -> None:
     it gets the same stack depth under the recursion limit as it always has.
     """
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the program's, as in any Python
         jail.isolate_fds(out_w, res_w, workdir)
         jail.apply_limits(job)
         _bind_stdio(job)
@@ -365,6 +366,9 @@ def main(argv: list[str]) -> int:
     _prctl(PR_SET_DUMPABLE, 0)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # As its pid namespace's init, the worker gets only the signals it handles from its programs:
+    # Python's SIGINT handler would let a program stop it with a KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _warm_compiler()
     problem = _start_checks(isolated)
     if problem or "--check" in argv:

@@ -156,7 +156,7 @@ def test_a_program_cannot_kill_or_stop_its_worker(single_pool):
     """The worker is pid 1 of its pid namespace: the signals its programs send it are dropped
     (and it has no init beside it, running as the program's uid, to trace or signal)."""
     restarts = single_pool.stats.worker_restarts
-    for sig in ("SIGKILL", "SIGSTOP", "SIGTERM"):
+    for sig in ("SIGKILL", "SIGSTOP", "SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGQUIT"):
         result = attack(single_pool, f"import os, signal\nos.kill(os.getppid(), signal.{sig})\nprint(os.getppid())\n")
         assert (result.status, result.stdout) == ("ok", "1\n"), (sig, result)
     everyone = attack(single_pool, "import os, signal\nos.kill(-1, signal.SIGKILL)\n")
