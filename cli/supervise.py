@@ -21,10 +21,12 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 from cli.common import as_disk_full, error, user_errors
 from populora_core.rundir.lock import COMMAND_ENV
+from populora_core.rundir.run import ATTEMPT_ENV
 
 CHILD_ENV = "POPULORA_SUPERVISED"
 """Set in the child (whatever it starts, e.g. a test's nested `populora`, is not supervised twice)."""
@@ -35,39 +37,49 @@ def supervise(console, run, call: dict) -> int:
     child that exited other than 0 is recorded in the attempts file of the generation it was
     computing; one killed by a signal is also explained in one line, and this process then
     dies of the same signal."""
-    from populora_core.rundir.attempts import record_end
+    from populora_core.rundir.lock import process_command
 
     if os.environ.get(CHILD_ENV):
         return train_here(call)
-    argv = [sys.executable, "-m", "cli.supervise", json.dumps(call)]
+    argv = [sys.executable, "-P", "-m", "cli.supervise", json.dumps(call)]  # -P: not the cwd's `cli`
     _become_subreaper()
-    command = " ".join(["populora", *sys.argv[1:]])  # what the run's lock names (rundir.lock)
-    child = subprocess.Popen(argv, env={**os.environ, CHILD_ENV: "1", COMMAND_ENV: command})
-    passed_on = {sig: signal.signal(sig, lambda s, _f: child.send_signal(s)) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    attempt = uuid.uuid4().hex[:12]  # the child's attempt id (rundir.run.ATTEMPT_ID), known here too
+    env = {**os.environ, CHILD_ENV: "1", COMMAND_ENV: process_command(), ATTEMPT_ENV: attempt}
+    child = subprocess.Popen(argv, env=env)
+    forward = lambda s, _f: os.kill(child.pid, s)  # noqa: E731 - not Popen.send_signal: it would reap
+    passed_on = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
     interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child gets Ctrl-C too, and stops itself
     try:
-        _, status, usage = _wait4(child.pid)
+        status, usage = _wait_for(child.pid)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        _stop_orphans()
+        if child.returncode != 0:
+            _explain(console, run, attempt, child.pid, status, usage)
     finally:
         for sig, handler in {**passed_on, signal.SIGINT: interrupt}.items():
             signal.signal(sig, handler)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    _stop_orphans()
-    if child.returncode == 0:
-        return 0
+    if os.WIFSIGNALED(status):
+        _die_like(os.WTERMSIG(status))
+    return child.returncode
+
+
+def _explain(console, run, attempt: str, pid: int, status: int, usage) -> None:
+    """Records how the training process ``pid`` ended in the attempts file of the generation it
+    was computing and, for a signal, prints where it was, the signal and its peak memory."""
+    from populora_core.rundir.attempts import record_end, signal_name
+
     generation = run.next_generation()
     path = run.attempts_file(generation)
     if path.parent.is_dir():
         try:
-            record_end(path, child.pid, status, usage)
+            record_end(path, attempt, pid, status, usage)
         except OSError as exc:  # a full disk: what the child printed says so
             console.print(f"could not record how the training process ended in {path}: {exc}")
     if os.WIFSIGNALED(status):
         end = run.last_attempt(generation)
-        what = end.describe() if end else f"killed by {signal.Signals(os.WTERMSIG(status)).name} before its first stage"
+        what = end.describe() if end else f"killed by {signal_name(os.WTERMSIG(status))} before its first stage"
         line = f"[red]error:[/red] generation {generation}: {what}; `populora resume {run.root}` goes on"
         console.print("\n" + line, soft_wrap=True)  # the child's progress bar may have left its line open
-        _die_like(os.WTERMSIG(status))
-    return child.returncode
 
 
 def _become_subreaper() -> None:
@@ -106,17 +118,24 @@ def _stop_orphans(grace: float = 10.0) -> None:
             return
 
 
-def _wait4(pid: int) -> tuple[int, int, object]:
+def _wait_for(pid: int) -> tuple[int, object]:
+    """(wait status, resource usage) of child ``pid``, reaping meanwhile the orphans that come to
+    this subreaper (a zombie would hold a pid until the run ends)."""
     while True:
         try:
-            return os.wait4(pid, 0)
-        except InterruptedError:  # a signal passed on meanwhile
-            continue
+            reaped, status, usage = os.wait4(-1, 0)
+        except ChildProcessError:  # reaped elsewhere (cannot happen: nothing else waits here)
+            raise RuntimeError(f"the training process {pid} was reaped by someone else") from None
+        if reaped == pid:
+            return status, usage
 
 
 def _die_like(sig: int) -> None:
     """Ends this process with signal ``sig``, as the child ended."""
+    import resource
+
     sys.stdout.flush()
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the child's core (SIGSEGV, SIGABRT) is the one to keep
     if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to reset
         signal.signal(sig, signal.SIG_DFL)
     os.kill(os.getpid(), sig)
@@ -151,7 +170,14 @@ def train_here(call: dict) -> int:
 
 
 def _child_main(argv: list[str]) -> int:
+    import ctypes
+
     from cli.common import configure
+
+    pr_set_pdeathsig = 1  # its supervisor killed (or gone), the training goes too, as it did in one process
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() == 1:
+        return 1
 
     call = json.loads(argv[0])
     configure(call.get("verbose", False))

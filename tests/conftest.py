@@ -119,15 +119,17 @@ class WorkerSignaller:
 
 
 def _worker_processes() -> dict[int, tuple[int, int]]:
-    """pid -> (ppid, start time in clock ticks) of every sandbox worker process and job child."""
+    """pid -> (ppid, start time in clock ticks) of every sandbox worker process and job child
+    (bubblewrap itself, the worker's parent, left out: a worker's parent is not a worker)."""
     out = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
-                if b"--isolated" not in fh.read() or not os.path.exists(f"/proc/{entry.name}/stat"):
-                    continue
+                argv = fh.read().split(b"\0")
+            if b"--isolated" not in argv or os.path.basename(argv[0]) == b"bwrap":  # bwrap's argv names it too
+                continue
             with open(f"/proc/{entry.name}/stat") as fh:
                 fields = fh.read().rsplit(")", 1)[1].split()
         except OSError:

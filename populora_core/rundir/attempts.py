@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-GIB = 2**30
+GIB = 2**30  # as engine.memory's (the run directory does not import the engine)
 
 
 def peak_rss() -> int:
@@ -175,8 +175,9 @@ def last_attempt(path: Path) -> AttemptEnd | None:
     lines = read_lines(path)
     if not lines:
         return None
-    pid = lines[-1].get("pid")
-    mine = [x for x in lines if x.get("pid") == pid]
+    attempt = lines[-1].get("attempt")
+    mine = [x for x in lines if x.get("attempt") == attempt]  # by attempt id: a pid may come back
+    pid = mine[-1].get("pid")
     ended = next((x for x in reversed(mine) if x.get("event") == "ended"), None)
     work = [x for x in mine if x.get("event") != "ended"]
     last = work[-1] if work else {}
@@ -197,18 +198,25 @@ def last_attempt(path: Path) -> AttemptEnd | None:
     )
 
 
-def record_end(path: Path, pid: int, wait_status: int, rusage: resource.struct_rusage) -> dict:
-    """Appends how process ``pid`` ended (from ``os.wait4``) to ``path``; returns the line."""
+def record_end(path: Path, attempt: str, pid: int, wait_status: int, rusage: resource.struct_rusage) -> dict:
+    """Appends how ``attempt`` (process ``pid``) ended, from ``os.wait4``, to ``path``; returns the
+    line. Its peak is the largest resident memory of the process or of a child it reaped."""
     total, limit = machine_memory()
-    line: dict = {"event": "ended", "pid": pid, "peak_rss": rusage.ru_maxrss * 1024, "memory": total}
+    line: dict = {"event": "ended", "attempt": attempt, "pid": pid, "peak_rss": rusage.ru_maxrss * 1024}
+    line["memory"] = total
     if limit:
         line["memory_limit"] = limit
     if os.WIFSIGNALED(wait_status):
-        line["signal"] = signal.Signals(os.WTERMSIG(wait_status)).name
+        line["signal"] = signal_name(os.WTERMSIG(wait_status))
     else:
         line["exit_status"] = os.waitstatus_to_exitcode(wait_status)
-    attempts = {x.get("attempt") for x in read_lines(path) if x.get("pid") == pid} - {None}
-    if attempts:
-        line["attempt"] = attempts.pop()
     append(path, line)
     return line
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; ``signal 35`` for a number without a name (real-time signals)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -46,8 +46,11 @@ from populora_core.rundir.layout import RunLayout
 from populora_core.rundir.storage import remove_stale_builds, require_snapshot
 
 RUNS_DIR_ENV = "POPULORA_RUNS"
-ATTEMPT_ID = uuid.uuid4().hex[:12]
-"""This process's attempt at whatever generations it computes (``RunDir.log_stage``)."""
+ATTEMPT_ENV = "POPULORA_ATTEMPT"
+"""An attempt id given by a supervising process (``cli.supervise``), which records how it ended."""
+ATTEMPT_ID = os.environ.pop(ATTEMPT_ENV, None) or uuid.uuid4().hex[:12]
+"""This process's attempt at whatever generations it computes (``RunDir.log_stage``); popped from
+the environment, so that no process this one starts takes it as its own."""
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 

@@ -24,11 +24,10 @@ Threat model (docs/sandbox.md): the program is hostile; this worker is the inner
 (a forked child per program under ``jail.py``'s limits and seccomp filter, a hard
 wall-clock SIGKILL, an output cap; with ``--isolated`` every process a job left is
 killed and every writable directory swept), the backend's isolation the outer one.
-``--check`` runs the start checks, prints ``ok`` and exits. The backends start this worker
-as pid 1 of its pid namespace: its programs' signals to it are dropped, and no init beside
-it (of the program's uid) holds its pipes. One it cannot stop: a program forging its own
-result on fd 3 (docs/sandbox.md). A worker that dies anyway is replaced by the host pool,
-which retries the job once.
+``--check`` runs the start checks, prints ``ok`` and exits. The local and docker backends
+start it as pid 1 of its pid namespace (its programs' signals to it are dropped; no init
+of their uid holds its pipes). Not stopped: a program forging its own result on fd 3
+(docs/sandbox.md). A worker that dies anyway is replaced by the pool, the job retried once.
 """
 
 from __future__ import annotations
@@ -180,9 +179,8 @@ def _kill_leftovers(pid: int, isolated: bool) -> None:
     except OSError:
         pass
     if isolated:
-        # Alone in our pid namespace as a non-root uid: this reaches every
-        # process the program left behind (setsid'd grandchildren too) and
-        # spares only ourselves and the namespace's init.
+        # Our pid namespace's init, as a non-root uid: this reaches every process
+        # the program left behind (setsid'd grandchildren too) and spares only us.
         try:
             os.kill(-1, signal.SIGKILL)
         except OSError:

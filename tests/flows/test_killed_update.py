@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import time
 import uuid
 from pathlib import Path
 
@@ -37,6 +38,9 @@ def _memory_cgroup() -> Path | None:
         try:
             group.mkdir()
             (group / limit_file).write_text(str(LIMIT))
+            for swap in ("memory.memsw.limit_in_bytes", "memory.swap.max"):  # no swapping instead of a kill
+                if (group / swap).is_file():
+                    (group / swap).write_text(str(LIMIT) if "memsw" in swap else "0")
         except OSError:
             if group.is_dir():
                 group.rmdir()
@@ -53,7 +57,12 @@ def memory_cgroup():
     yield group
     for pid in (group / "cgroup.procs").read_text().split():  # leftovers (none expected)
         os.kill(int(pid), 9)
-    group.rmdir()
+    for _ in range(50):  # a killed process leaves its cgroup a moment later
+        try:
+            group.rmdir()
+            break
+        except OSError:
+            time.sleep(0.1)
 
 
 def test_an_update_killed_by_the_oom_killer_is_named_with_its_signal_and_peak_memory_and_resume_finishes(
@@ -83,7 +92,9 @@ def test_an_update_killed_by_the_oom_killer_is_named_with_its_signal_and_peak_me
     assert said, line
     adapter, peak = said.group(1), float(said.group(2))
     assert adapter in {m.adapter_id for m in run.members(0)}
-    assert 0.6 * LIMIT / 2**30 <= peak <= LIMIT / 2**30 + 0.1, line  # it grew to the limit, no further
+    # it grew to the limit, about no further (resident pages include shared ones the cgroup does not
+    # count, e.g. torch's libraries: 5.2 GiB was seen)
+    assert 0.6 * LIMIT / 2**30 <= peak <= 1.25 * LIMIT / 2**30, line
 
     status = populora(["status", str(run.root)], prefect_server)
     assert f"killed by SIGKILL in stage update (training adapter {adapter}); peak memory {peak}" in status.stdout

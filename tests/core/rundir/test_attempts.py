@@ -22,7 +22,7 @@ def test_a_killed_child_is_recorded_with_its_signal_stage_adapter_and_the_kernel
     )
     child = subprocess.Popen([sys.executable, "-c", grow])
     _, status, usage = os.wait4(child.pid, 0)
-    line = attempts.record_end(log, child.pid, status, usage)
+    line = attempts.record_end(log, "a1", child.pid, status, usage)
     assert line["signal"] == "SIGKILL" and line["attempt"] == "a1"
     end = attempts.last_attempt(log)
     assert (end.stage, end.doing, end.signal, end.pid) == ("update", "training adapter s0", "SIGKILL", child.pid)
@@ -43,6 +43,6 @@ def test_an_attempt_between_stages_or_still_running_says_nothing_and_an_error_ex
         assert attempts.last_attempt(log).stage == "propose"  # begun: where it is, no end yet
         assert "without a recorded exit" in attempts.last_attempt(log).describe()
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    attempts.record_end(log, os.getpid(), 2 << 8, usage)  # exit status 2
+    attempts.record_end(log, "a1", os.getpid(), 2 << 8, usage)  # exit status 2
     end = attempts.last_attempt(log)
     assert end.exit_status == 2 and end.signal is None and "exited with status 2 in stage propose" in end.describe()
