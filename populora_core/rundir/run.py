@@ -132,12 +132,13 @@ class RunDir(RunLayout):
         supervisor, how it ended (``ended``: signal or exit status, peak memory)."""
         out: dict[str, dict] = {}
         for line in attempts.read_lines(self.attempts_file(generation)):
+            if "seconds" not in line and line.get("event") != "ended":
+                continue
+            entry = out.setdefault(line["attempt"], {"attempt": line["attempt"], "pid": line["pid"], "stages": {}})
             if "seconds" in line:
-                entry = out.setdefault(line["attempt"], {"attempt": line["attempt"], "pid": line["pid"], "stages": {}})
                 entry["stages"][line["stage"]] = entry["stages"].get(line["stage"], 0.0) + line["seconds"]
-            elif line.get("event") == "ended" and line.get("attempt") in out:
-                ended = {k: line[k] for k in ("signal", "exit_status", "peak_rss") if k in line}
-                out[line["attempt"]]["ended"] = ended
+            else:  # killed before it finished a stage, or after
+                entry["ended"] = {k: line[k] for k in ("signal", "exit_status", "peak_rss") if k in line}
         return list(out.values())
 
     def last_attempt(self, generation: int) -> attempts.AttemptEnd | None:
