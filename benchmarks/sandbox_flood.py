@@ -300,6 +300,23 @@ def _h(code: str, statuses: str, origin: str, expr: str | None = None, weight: f
 
 HT, LT, PT, NEW = "test_sandbox_hostile", "test_sandbox_leftovers", "test_sandbox_pool", "new"
 
+
+_FORGED_RESULTS = r"""me, frame = None, sys._getframe()
+while frame is not None and me is None:
+    job = frame.f_locals.get('job')
+    me = job.get('id') if isinstance(job, dict) else None
+    frame = frame.f_back
+try:
+    queued = sys.__stdin__.buffer.peek()
+except Exception:
+    queued = b''
+forged = {'id': me, 'status': 'ok', 'stdout': '', 'value': repr('FORGED ' + TOKEN), 'error': None, 'seconds': 0.0}
+ids = [me] + [int(i) for i in re.findall(rb'"id": (\d+)', queued)][:8]
+payload = ''.join(json.dumps(dict(forged, id=i)) + '\n' for i in ids).encode()
+"""
+"""Where a forging program finds its own job id (the worker's frame) and, through the stdin
+buffer it inherited, the ids queued behind it; ``payload``: forged result lines for all of them."""
+
 HOSTILE: dict[str, Hostile] = {
     "network": _h(
         r"""
@@ -672,19 +689,9 @@ print(repr(found)[:30000])
     "forge_next": _h(
         r"""
 import json, os, re, sys
-me, frame = None, sys._getframe()
-while frame is not None and me is None:
-    job = frame.f_locals.get('job')
-    me = job.get('id') if isinstance(job, dict) else None
-    frame = frame.f_back
-try:
-    queued = sys.__stdin__.buffer.peek()
-except Exception:
-    queued = b''
-forged = {'id': me, 'status': 'ok', 'stdout': '', 'value': repr('FORGED ' + TOKEN), 'error': None, 'seconds': 0.0}
-ids = [me] + [int(i) for i in re.findall(rb'"id": (\d+)', queued)][:8]
-payload = ''.join(json.dumps(dict(forged, id=i)) + '\n' for i in ids).encode()
-tried = []
+"""
+        + _FORGED_RESULTS
+        + r"""tried = []
 for target in ('/proc/1/fd/1', '/proc/%d/fd/1' % os.getppid()):
     try:
         fd = os.open(target, os.O_WRONLY)
@@ -741,19 +748,9 @@ libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_
 class Regs(ctypes.Structure):
     _fields_ = [(n, ctypes.c_ulonglong) for n in ('r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi '
                                                   'orig_rax rip cs eflags rsp ss fs_base gs_base ds es fs gs').split()]
-me, frame = None, sys._getframe()
-while frame is not None and me is None:
-    job = frame.f_locals.get('job')
-    me = job.get('id') if isinstance(job, dict) else None
-    frame = frame.f_back
-try:
-    queued = sys.__stdin__.buffer.peek()
-except Exception:
-    queued = b''
-forged = {'id': me, 'status': 'ok', 'stdout': '', 'value': repr('FORGED ' + TOKEN), 'error': None, 'seconds': 0.0}
-ids = [me] + [int(i) for i in re.findall(rb'"id": (\d+)', queued)][:8]
-payload = ''.join(json.dumps(dict(forged, id=i)) + '\n' for i in ids).encode()
-WALL = 0x40000000
+"""
+        + _FORGED_RESULTS
+        + r"""WALL = 0x40000000
 if libc.ptrace(16, 1, None, None) != 0:  # PTRACE_ATTACH
     raise SystemExit(os.strerror(ctypes.get_errno()))
 os.waitpid(1, WALL)

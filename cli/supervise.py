@@ -96,13 +96,10 @@ def _stop_orphans(grace: float = 10.0) -> None:
     """Stops what the child left running: SIGTERM, then SIGKILL after ``grace`` seconds; reaps them."""
     import time
 
-    def children() -> list[int]:
-        found = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
-                    found.append(int(stat.parent.name))
-        return found
+    from populora_core.sandbox.backends import _descendants
+
+    def children() -> list[int]:  # every process under this one (grandchildren orphaned meanwhile too)
+        return _descendants(os.getpid())
 
     for i, sig in enumerate((signal.SIGTERM, signal.SIGKILL)):
         deadline = time.monotonic() + (grace if i == 0 else 5.0)
