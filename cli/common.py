@@ -51,6 +51,9 @@ def configure(verbose: bool) -> None:
 
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # Prefect waits 20 s for the ephemeral API server a command starts; on a busy machine
+    # (2 cores, a run and evaluations beside it) it took longer, and the command died.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     if not verbose:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")

@@ -120,3 +120,14 @@ def test_a_gpu_run_that_cannot_start_here_is_refused_before_its_run_directory_ex
     assert proc.returncode == 2 and "torch sees no GPU" in proc.stdout, proc.stdout + proc.stderr
     assert proc.stdout.count("\n") <= 2 and "Traceback" not in proc.stdout + proc.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_a_command_waits_for_a_slow_ephemeral_prefect_server():
+    # Prefect's own 20 s was seen to kill `populora evaluate` on a busy 2-core machine.
+    code = (
+        "from cli.common import configure; configure(False); "
+        "from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS as s; print(s.value())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert int(proc.stdout.strip()) == 180
