@@ -116,6 +116,18 @@ def paired_table(runs: Mapping[str, pd.DataFrame], single_agent: Sequence[str] =
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def on_shared_items(runs: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """``runs`` (label -> its ``results``) cut to the (benchmark, item) pairs every run was
+    judged on: runs evaluated with different ``--limit``s compared on the items they share."""
+    keys = {label: pd.MultiIndex.from_frame(r[["benchmark", "item_id"]]) for label, r in runs.items()}
+    shared = None
+    for index in keys.values():
+        shared = index.unique() if shared is None else shared.intersection(index)
+    if shared is None or shared.empty:
+        raise ValueError("the runs share no judged item")
+    return {label: r[keys[label].isin(shared)] for label, r in runs.items()}
+
+
 def model_intervals(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """pass@1 of every single model of ``runs`` (the first run's base model, each run's
     adapters; not the weakest-member and mean rows, which pick or pool) per benchmark and

@@ -173,6 +173,29 @@ def _titled(protocol: str) -> str:
     return "" if protocol == "standard" else f", {protocol} protocol (docs/evaluation.md#protocols)"
 
 
+def paired_report(
+    results: dict[str, pd.DataFrame], single_agent: Sequence[str], title: str
+) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """``paired.md`` of ``results`` (run label -> its ``results``; the first run's base model is
+    the base): the paired differences, the flipped items' classes, and the Markdown."""
+    pairs = paired_table(results, single_agent=single_agent)
+    verdicts = [f"- {pair}: {verdict}" for pair, verdict in weakest_verdict(pairs).items()]
+    flips = flip_table(pairs, model_failures(results))
+    paired = (
+        f"# Paired comparisons, {title}\n\n"
+        f"pass@1 of every model [95% Wilson interval]:\n\n{intervals_markdown(model_intervals(results))}\n\n"
+        f"Item by item:\n\n{paired_markdown(pairs)}\n\n"
+        "The weakest member beats the baseline (over all items: its interval above 0 supports, "
+        "below 0 contradicts, else cannot tell):\n\n"
+        + ("\n".join(verdicts) or "- no population and baseline pair")
+        + f"\n\n{FAILURES_INTRO}\n\n{counts_markdown(runs_counts(results))}\n\n"
+        "Where the differences come from: A − B split into its format and code parts (they sum to it, "
+        "but for sandbox failures and unclassified rows), and the classes of the items only one "
+        f"of the two passed:\n\n{flips_markdown(flips)}"
+    )
+    return pairs, flips, paired
+
+
 def comparison_table(runs: Sequence[tuple[RunDir, int]], protocol: str = "standard") -> dict:
     """The population-versus-baseline table of several evaluated runs ((run, generation)
     pairs, each with its ``pass_at_1.parquet``), written to ``<first run>/eval/comparison.md``
@@ -196,22 +219,8 @@ def comparison_table(runs: Sequence[tuple[RunDir, int]], protocol: str = "standa
     title = "pass@1: population versus base model, " + ", ".join(tables) + _titled(protocol)
     markdown = f"# {title}\n\n" + comparison_markdown(frame)
     write_text_atomic(markdown, out / "comparison.md")
-    pairs = paired_table(results, single_agent=single)
+    pairs, flips, paired = paired_report(results, single, f"{', '.join(tables)}{_titled(protocol)}")
     write_parquet_atomic(pairs, out / "paired.parquet")
-    verdicts = [f"- {pair}: {verdict}" for pair, verdict in weakest_verdict(pairs).items()]
-    flips = flip_table(pairs, model_failures(results))
     write_parquet_atomic(flips, out / "paired_failures.parquet")
-    paired = (
-        f"# Paired comparisons, {', '.join(tables)}{_titled(protocol)}\n\n"
-        f"pass@1 of every model [95% Wilson interval]:\n\n{intervals_markdown(model_intervals(results))}\n\n"
-        f"Item by item:\n\n{paired_markdown(pairs)}\n\n"
-        "The weakest member beats the baseline (over all items: its interval above 0 supports, "
-        "below 0 contradicts, else cannot tell):\n\n"
-        + ("\n".join(verdicts) or "- no population and baseline pair")
-        + f"\n\n{FAILURES_INTRO}\n\n{counts_markdown(runs_counts(results))}\n\n"
-        "Where the differences come from: A − B split into its format and code parts (they sum to it, "
-        "but for sandbox failures and unclassified rows), and the classes of the items only one "
-        f"of the two passed:\n\n{flips_markdown(flips)}"
-    )
     write_text_atomic(paired, out / "paired.md")
     return {"comparison": str(out / "comparison.md"), "paired": str(out / "paired.md"), "table": markdown}

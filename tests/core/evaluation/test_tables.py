@@ -160,3 +160,17 @@ def test_chunks_of_other_items_are_judged_again_and_the_part_is_model_by_model(t
 def test_unknown_benchmark_lists_the_valid_names():
     with pytest.raises(ValueError, match=r"unknown benchmark 'aime'; benchmarks: humaneval, .*aime24, aime25"):
         get_benchmark("aime")
+
+
+def test_runs_judged_on_different_items_are_compared_on_the_items_they_share():
+    from populora_core.evaluation.paired import on_shared_items, paired_table
+
+    full, first = _results(SCORES), _results({"c": SCORES["a"]})
+    first = first[first["item_id"].str.endswith("/0")]  # judged with a smaller --limit
+    cut = on_shared_items({"A": full, "B": first})
+    assert len(cut["B"]) == len(first) and set(cut["A"]["item_id"]) == set(first["item_id"])
+    assert len(cut["A"]) == len(full) // 2  # every model of A, on the shared items only
+    pairs = paired_table(cut, single_agent=["B"])
+    assert set(pairs["n"]) == {1, 5}  # one shared item per benchmark, five in all
+    with pytest.raises(ValueError, match="share no judged item"):
+        on_shared_items({"A": full, "B": first.assign(item_id="other")})

@@ -1,0 +1,69 @@
+"""``paired.md`` of evaluated runs whose evaluations cover different items (e.g. one run's
+members judged on the first 64 items, the other run and the base model on all of them),
+read on the items every run was judged on.
+
+    python scripts/paired_on_shared_items.py RUN_A RUN_B [--protocol trained] [--out paired.md]
+
+Each run's newest evaluated generation (``eval/gen_NNNN[-protocol]/results.parquet``, as
+``populora evaluate`` leaves it); the first run's base model is the base. The tables are
+``populora evaluate``'s own (``pipeline.paired_report``), on fewer items.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from populora_core.evaluation.paired import on_shared_items
+from populora_core.evaluation.pipeline import paired_report
+from populora_core.rundir.artifacts import read_parquet
+from populora_core.rundir.run import RunDir
+
+
+def newest_results(run: RunDir, protocol: str) -> tuple[int, Path]:
+    suffix = "" if protocol == "standard" else f"-{protocol}"
+    found = sorted(
+        (int(p.parent.name[4:8]), p)
+        for p in (run.root / "eval").glob(f"gen_[0-9][0-9][0-9][0-9]{suffix}/results.parquet")
+        if p.parent == run.eval_dir(int(p.parent.name[4:8]), protocol)
+    )
+    if not found:
+        raise SystemExit(f"error: {run.root} has no {protocol} evaluation (run `populora evaluate` first)")
+    return found[-1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--protocol", default="standard", choices=("standard", "trained"))
+    parser.add_argument("--out", type=Path, help="write the Markdown here (default: print it)")
+    args = parser.parse_args(argv)
+    results, single = {}, []
+    for root in args.runs:
+        run = RunDir(root)
+        generation, path = newest_results(run, args.protocol)
+        label = f"{run.run_id} gen {generation}"
+        results[label] = read_parquet(path).to_pandas()
+        if run.config().population.single_agent:
+            single.append(label)
+    try:
+        results = on_shared_items(results)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    shared = {(b, i) for r in results.values() for b, i in zip(r["benchmark"], r["item_id"], strict=True)}
+    title = f"{', '.join(results)} on the {len(shared)} items every run was judged on"
+    if args.protocol != "standard":
+        title += f", {args.protocol} protocol (docs/evaluation.md#protocols)"
+    markdown = paired_report(results, single, title)[2]
+    if args.out:
+        args.out.write_text(markdown + "\n")
+    else:
+        print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
