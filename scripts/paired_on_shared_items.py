@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from populora_core.evaluation.items import PROTOCOLS
 from populora_core.evaluation.paired import on_shared_items
 from populora_core.evaluation.pipeline import paired_report
 from populora_core.rundir.artifacts import read_parquet
@@ -24,11 +25,12 @@ from populora_core.rundir.run import RunDir
 
 
 def newest_results(run: RunDir, protocol: str) -> tuple[int, Path]:
+    """The newest generation ``run`` has an evaluation of under ``protocol`` (each run's own:
+    the labels say which), and its ``results.parquet``."""
     suffix = "" if protocol == "standard" else f"-{protocol}"
     found = sorted(
         (int(p.parent.name[4:8]), p)
         for p in (run.root / "eval").glob(f"gen_[0-9][0-9][0-9][0-9]{suffix}/results.parquet")
-        if p.parent == run.eval_dir(int(p.parent.name[4:8]), protocol)
     )
     if not found:
         raise SystemExit(f"error: {run.root} has no {protocol} evaluation (run `populora evaluate` first)")
@@ -38,14 +40,16 @@ def newest_results(run: RunDir, protocol: str) -> tuple[int, Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path)
-    parser.add_argument("--protocol", default="standard", choices=("standard", "trained"))
+    parser.add_argument("--protocol", default="standard", choices=PROTOCOLS)
     parser.add_argument("--out", type=Path, help="write the Markdown here (default: print it)")
     args = parser.parse_args(argv)
     results, single = {}, []
     for root in args.runs:
-        run = RunDir(root)
+        run = RunDir(root.resolve())
         generation, path = newest_results(run, args.protocol)
         label = f"{run.run_id} gen {generation}"
+        if label in results:
+            raise SystemExit(f"error: two runs are named {run.run_id}; compare runs of different names")
         results[label] = read_parquet(path).to_pandas()
         if run.config().population.single_agent:
             single.append(label)

@@ -167,7 +167,8 @@ def test_runs_judged_on_different_items_are_compared_on_the_items_they_share():
 
     full, first = _results(SCORES), _results({"c": SCORES["a"]})
     first = first[first["item_id"].str.endswith("/0")]  # judged with a smaller --limit
-    cut = on_shared_items({"A": full, "B": first})
+    extra = first.head(1).assign(item_id="humanevalplus/9")  # and an item A was never judged on
+    cut = on_shared_items({"A": full, "B": pd.concat([first, extra])})
     assert len(cut["B"]) == len(first) and set(cut["A"]["item_id"]) == set(first["item_id"])
     assert len(cut["A"]) == len(full) // 2  # every model of A, on the shared items only
     pairs = paired_table(cut, single_agent=["B"])
