@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from populora_core.evaluation.items import PROTOCOLS
 from populora_core.evaluation.paired import on_shared_items
-from populora_core.evaluation.pipeline import paired_report
+from populora_core.evaluation.pipeline import paired_report, protocol_title
 from populora_core.rundir.artifacts import read_parquet
 from populora_core.rundir.run import RunDir
 
@@ -27,7 +27,7 @@ from populora_core.rundir.run import RunDir
 def newest_results(run: RunDir, protocol: str) -> tuple[int, Path]:
     """The newest generation ``run`` has an evaluation of under ``protocol`` (each run's own:
     the labels say which), and its ``results.parquet``."""
-    suffix = "" if protocol == "standard" else f"-{protocol}"
+    suffix = run.eval_dir(0, protocol).name.removeprefix("gen_0000")  # the layout's protocol suffix
     found = sorted(
         (int(p.parent.name[4:8]), p)
         for p in (run.root / "eval").glob(f"gen_[0-9][0-9][0-9][0-9]{suffix}/results.parquet")
@@ -57,10 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         results = on_shared_items(results)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
-    shared = {(b, i) for r in results.values() for b, i in zip(r["benchmark"], r["item_id"], strict=True)}
-    title = f"{', '.join(results)} on the {len(shared)} items every run was judged on"
-    if args.protocol != "standard":
-        title += f", {args.protocol} protocol (docs/evaluation.md#protocols)"
+    shared = len(next(iter(results.values()))[["benchmark", "item_id"]].drop_duplicates())
+    title = f"{', '.join(results)} on the {shared} items every run was judged on{protocol_title(args.protocol)}"
     markdown = paired_report(results, single, title)[2]
     if args.out:
         args.out.write_text(markdown + "\n")

@@ -161,7 +161,7 @@ def evaluation_table(run: RunDir, generation: int, parts: Sequence[str], protoco
     counts = class_counts(results)
     write_parquet_atomic(counts.reset_index(), out / "failures.parquet")
     markdown = (
-        f"# {run.run_id}: pass@1, population of generation {generation}{_titled(protocol)}\n\n"
+        f"# {run.run_id}: pass@1, population of generation {generation}{protocol_title(protocol)}\n\n"
         f"{markdown_table(table)}\n\n"
         f"{FAILURES_INTRO}\n\n{counts_markdown(counts, {BASE: 'base model'})}"
     )
@@ -169,7 +169,7 @@ def evaluation_table(run: RunDir, generation: int, parts: Sequence[str], protoco
     return {"results": str(out / "results.parquet"), "pass_at_1": str(out / "pass_at_1.parquet"), "table": markdown}
 
 
-def _titled(protocol: str) -> str:
+def protocol_title(protocol: str) -> str:
     return "" if protocol == "standard" else f", {protocol} protocol (docs/evaluation.md#protocols)"
 
 
@@ -216,10 +216,10 @@ def comparison_table(runs: Sequence[tuple[RunDir, int]], protocol: str = "standa
     first = runs[0][0]
     out = first.comparison_dir(protocol)
     write_parquet_atomic(frame.rename_axis("model").reset_index(), out / "comparison.parquet")
-    title = "pass@1: population versus base model, " + ", ".join(tables) + _titled(protocol)
+    title = "pass@1: population versus base model, " + ", ".join(tables) + protocol_title(protocol)
     markdown = f"# {title}\n\n" + comparison_markdown(frame)
     write_text_atomic(markdown, out / "comparison.md")
-    pairs, flips, paired = paired_report(results, single, f"{', '.join(tables)}{_titled(protocol)}")
+    pairs, flips, paired = paired_report(results, single, f"{', '.join(tables)}{protocol_title(protocol)}")
     write_parquet_atomic(pairs, out / "paired.parquet")
     write_parquet_atomic(flips, out / "paired_failures.parquet")
     write_text_atomic(paired, out / "paired.md")
