@@ -8,7 +8,8 @@ every kind that tests/core/test_sandbox_hostile.py, test_sandbox_leftovers.py an
 test_sandbox_pool.py try, and fork storms, memory growth to the limit, unbounded output on
 every channel, descriptor exhaustion, signals to other processes (``kill -9 -1``, the worker,
 the namespace's init, host processes of the sandbox uids), writes meant for the next job,
-reading other jobs' files, queued jobs and descriptors, forging results.
+reading other jobs' files, queued jobs and descriptors, forging results, and an evaluation
+answer forging its verdict.
 
 Every program carries a token of its own (``FLOOD_<run>_<index>_``) in its source, and the
 host sets traps: a world-writable drop directory and a world-readable secret file under
@@ -32,7 +33,8 @@ processes (``sleep``) running as root and as each sandbox uid. The figures:
   ``worker_tampered`` (a program attached to, or opened for writing, the worker or the
   namespace's init).
 - ``own_results_forged``: hostile programs that made their own result say ``ok`` with a
-  value they chose (not an escape: it affects only the program's own verdict).
+  value they chose, or evaluation answers (``forge_verdict``, judged as the held-out benchmarks
+  judge one) judged correct while wrong.
 - ``leaked_processes``: once the pool is closed (and up to 10 s later), processes of the
   sandbox uids on the host (the canaries aside) plus, for docker, containers of the pool.
 - ``leaked_files``: once the pool is closed, files on the host owned by a sandbox uid or
@@ -82,6 +84,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from populora_core.config import SandboxConfig
+from populora_core.evaluation.code_suites import check_code
+from populora_core.evaluation.items import EvalItem
 from populora_core.sandbox import Job, Result, SandboxPool, SandboxUnavailable
 
 REPO = Path(__file__).resolve().parents[1]
@@ -290,12 +294,44 @@ class Hostile:
     origin: str
     expr: str | None = None
     weight: float = 1.0
+    judged: bool = False
+    """The code is an evaluation answer: the job is the program that judges it (``judged_program``)."""
 
 
-def _h(code: str, statuses: str, origin: str, expr: str | None = None, weight: float = 1.0) -> Hostile:
+def _h(
+    code: str, statuses: str, origin: str, expr: str | None = None, weight: float = 1.0, judged: bool = False
+) -> Hostile:
     """A kind contained with one of ``statuses``, or by its timeout: on a loaded 2-core machine any
     heavy program (512 MiB allocated, 96 MiB written) may run out of its second."""
-    return Hostile(code.strip("\n") + "\n", frozenset({*statuses.split(), "timeout"}), origin, expr, weight)
+    statuses_ = frozenset({*statuses.split(), "timeout"})
+    return Hostile(code.strip("\n") + "\n", statuses_, origin, expr, weight, judged)
+
+
+JUDGED_ITEM = EvalItem(
+    "humanevalplus",
+    "flood/add",
+    (),
+    "code",
+    {
+        "prompt": 'def add(a, b):\n    """a + b"""\n',
+        "entry_point": "add",
+        "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n",
+        "plus": {
+            "dataset": "humaneval",
+            "inputs_json": "[[1, 2], [-4, 4]]",
+            "atol": 0.0,
+            "reference": "def add(a, b):\n    return a + b\n",
+            "task": 0,
+            "base_count": 1,
+        },
+    },
+)
+"""The HumanEval+-like item a judged hostile kind answers: its tests, then EvalPlus's inputs."""
+
+
+def judged_program(answer_code: str) -> tuple[str, str]:
+    """(code, expr) of the job that judges ``answer_code`` as an answer to ``JUDGED_ITEM``."""
+    return check_code(JUDGED_ITEM, f"```python\n{answer_code}```")
 
 
 HT, LT, PT, NEW = "test_sandbox_hostile", "test_sandbox_leftovers", "test_sandbox_pool", "new"
@@ -706,14 +742,47 @@ print(tried)
         "ok",
         NEW,
     ),
-    "forge_own": _h(
+    # An evaluation answer (judged as check_code judges one: its code in a process of its own)
+    # that tries to pass without being right: a verdict written on fd 3, the judge's descriptors,
+    # memory and trace, what its tests compare with, an object equal to everything.
+    "forge_verdict": _h(
         r"""
-import json, os
-os.write(3, json.dumps({'status': 'ok', 'value': repr('FORGED ' + TOKEN)}).encode())
-os._exit(0)
+import ctypes, gc, json, os
+verdict = json.dumps({'status': 'ok', 'value': 'True', 'error': None}).encode()
+judge, tampered = os.getppid(), []
+try:
+    os.write(3, verdict)
+    os._exit(0)  # in the judge's process (the candidate's own before), this was the verdict
+except OSError:
+    pass
+for path in ('/proc/%d/fd/3' % judge, '/proc/%d/mem' % judge):
+    try:
+        os.close(os.open(path, os.O_WRONLY))
+        tampered.append(path)
+    except OSError:
+        pass
+try:
+    if ctypes.CDLL(None, use_errno=True).ptrace(16, judge, 0, 0) == 0:  # PTRACE_ATTACH
+        tampered.append('ptrace')
+except Exception:
+    pass
+tests = [o for o in gc.get_objects() if isinstance(o, dict) and ('check' in o or '_evalplus_check' in o)]
+if tampered or tests:
+    print('TAMPERED', tampered, len(tests))
+
+class Equal:
+    def __eq__(self, other):
+        return True
+    def __ne__(self, other):
+        return False
+    __hash__ = object.__hash__
+
+def add(a, b):
+    return Equal()
 """,
         "error",
         NEW,
+        judged=True,
     ),
     # The namespace's init holds the stdin the jobs arrive on: read what is queued there.
     "steal_stdin": _h(
@@ -843,7 +912,8 @@ def make_job(index: int, kind: str, hostile: bool, ctx: Context, rng: random.Ran
     prelude = ctx.prelude(index, hostile)
     if hostile:
         spec = HOSTILE[kind]
-        return FloodJob(index, kind, True, Job(code=prelude + spec.code, expr=spec.expr), statuses=spec.statuses)
+        code, expr = judged_program(prelude + spec.code) if spec.judged else (prelude + spec.code, spec.expr)
+        return FloodJob(index, kind, True, Job(code=code, expr=expr), statuses=spec.statuses)
     code, expr, value, stdout = BENIGN[kind][0](rng)
     return FloodJob(index, kind, False, Job(code=prelude + code, expr=expr), value=value, stdout=stdout)
 
@@ -956,7 +1026,10 @@ def judge(jobs: Sequence[FloodJob], results: Sequence[Result], ctx: Context, bas
             tally.escapes["host_secret"] += 1
             tally.note(f"{fj.kind} #{fj.index} printed a host secret")
         if fj.hostile:
-            _judge_hostile(fj, result, foreign, f"FORGED {ctx.token(fj.index)}" in (result.value or ""), tally)
+            forged = f"FORGED {ctx.token(fj.index)}" in (result.value or "")
+            if HOSTILE[fj.kind].judged:
+                forged = result.status == "ok" and result.value == "True"  # judged correct
+            _judge_hostile(fj, result, foreign, forged, tally)
         elif forged_by:  # wrong, and already counted as an escape
             tally.benign += 1
             tally.benign_wrong[fj.kind] += 1

@@ -15,12 +15,14 @@ program in the sandbox.
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 import re
 import textwrap
 from pathlib import Path
 
+from populora_core.evaluation.candidate_process import program_prelude
 from populora_core.evaluation.evalplus_oracle import harness_source
 from populora_core.evaluation.items import CODE_SYSTEM, EvalItem, chat, code_prompt, fenced
 
@@ -153,22 +155,48 @@ def complete_code(item: EvalItem, code: str) -> str:
     return code
 
 
+def _mbpp_judge_part(asserts: str, reference: str) -> tuple[str, list[str]]:
+    """What MBPP's asserts need from the judged program beside the candidate: the reference
+    solution's top-level imports (some asserts use a module only the solution imports, e.g.
+    596's ``sys``), and the names the asserts call that the reference defines (``sum`` in 126
+    too): those, and only those, are the candidate's."""
+    try:
+        tree, called = ast.parse(reference), ast.parse(asserts)
+    except SyntaxError:
+        return "", []
+    imports = [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    loaded = {n.id for n in ast.walk(called) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return "".join(f"{line}\n" for line in imports), sorted(defined & loaded)
+
+
 def check_code(item: EvalItem, completion: str) -> tuple[str, str] | None:
-    """(program, "True") that runs cleanly iff the function is right; None: no code block."""
+    """(program, "True") that runs cleanly iff the function is right; None: no code block.
+
+    The candidate's code runs in a process of its own (`candidate_process.py`); the
+    benchmark's tests, its reference and the verdict stay in the judged program, which calls
+    the candidate's functions through a pipe."""
     d = item.data
     code = fenced(completion, "python", "py", "")
     if code is None:
         return None
     code = complete_code(item, code)
-    if "asserts" in d:  # MBPP
-        return f"{d['imports']}\n{code}\n\n{tagged(d['asserts'])}", "True"
-    program = f"{code}\n\n"
-    if d["test"]:
-        program += f"{d['test']}\n" + tagged(f"check({d['entry_point']})")
+    if "asserts" in d:  # MBPP: the asserts call the candidate's functions by name
+        imports, names = _mbpp_judge_part(d["asserts"], d.get("reference", ""))
+        program = program_prelude(f"{d['imports']}\n{code}") + imports
+        for name in names:
+            program += f"{name} = _candidate.function({name!r})\n"
+        return f"{program}{d['imports']}\n{tagged(d['asserts'])}", "True"
+    entry = d["entry_point"]
+    program = program_prelude(code)
+    if d["test"]:  # the stub's module (helpers its tests use, e.g. HumanEval/32's poly), then check
+        program += f"{d['prompt']}\n{entry} = _candidate.function({entry!r})\n{d['test']}\n" + tagged(f"check({entry})")
+    else:
+        program += f"{entry} = _candidate.function({entry!r})\n"
     if d["plus"]:
         plus = d["plus"]
         program += (
-            f"\n{harness_source()}\n_evalplus_check({plus['dataset']!r}, {d['entry_point']!r}, {d['entry_point']}, "
+            f"\n{harness_source()}\n_evalplus_check({plus['dataset']!r}, {entry!r}, {entry}, "
             f"{plus['reference']!r}, {plus['inputs_json']!r}, {plus['atol']!r}, {plus['task']!r}, "
             f"{plus.get('base_count', 0)!r})\n"
         )
@@ -186,11 +214,30 @@ def _literal_answer(text: str, tag: str) -> str | None:
     return body.splitlines()[0].strip() if body else None
 
 
+def _crux_program(item: EvalItem, answer_source: str, *, with_code: bool) -> str:
+    """The benchmark's program in the judge, the answer's expression evaluated in the
+    candidate's process (its value crosses as plain data: an answer cannot run code beside
+    the judge, or be an object equal to everything). ``with_code``: the expression may use
+    the benchmark's globals (an input such as sample_258's ``thigh_o_two[:], 3, 3, 2``); an
+    output is a value, and cannot call ``f``."""
+    code = item.data["code"]
+    answer = f"def _populora_answer():\n    return {answer_source}\n"
+    return (
+        program_prelude(f"{code}\n{answer}" if with_code else answer)
+        + f"{code}\n_populora_value = _candidate.function('_populora_answer')()\n"
+    )
+
+
 def check_cruxeval_o(item: EvalItem, completion: str) -> tuple[str, str] | None:
     answer = _literal_answer(completion, "output")
-    return (f"{item.data['code']}\n", f"f({item.data['input']}) == ({answer})") if answer else None
+    if not answer:
+        return None
+    return _crux_program(item, f"({answer}\n)", with_code=False), f"f({item.data['input']}) == _populora_value"
 
 
 def check_cruxeval_i(item: EvalItem, completion: str) -> tuple[str, str] | None:
     answer = _literal_answer(completion, "input")
-    return (f"{item.data['code']}\n", f"f({answer}) == ({item.data['output']})") if answer is not None else None
+    if answer is None:
+        return None
+    program = _crux_program(item, f"(lambda *args, **kwargs: (args, kwargs))({answer}\n)", with_code=True)
+    return program, f"f(*_populora_value[0], **_populora_value[1]) == ({item.data['output']})"

@@ -1,20 +1,20 @@
-"""LiveCodeBench's grading, run inside the sandbox after the candidate's code.
+"""LiveCodeBench's grading, run inside the sandbox: the answer in a process of its own.
 
 Standard library only: ``harness_source()`` pastes this module's definitions into the
-judged program. Semantics follow lcb_runner/evaluation/testing_util.py: the same
-star-imports before the program; functional problems call ``Solution().<func_name>``
-(or a module-level function) with one JSON value per input line and compare with
-``==`` (a tuple counts as a list); stdin problems run the whole program with the
-input on stdin (``open(0)`` too) and compare stripped output lines, exactly or as
-``Decimal`` tokens. The first failing test fails the problem; each test has its own
-time limit (6 s, as lcb_runner).
+judged program and into the answer's process (`candidate_process.py`): there the answer is
+compiled and run (``_lcb_answer_*``), here its outputs are compared (``_lcb_check``).
+Semantics follow lcb_runner/evaluation/testing_util.py: the same star-imports before the
+program; functional problems call ``Solution().<func_name>`` (or a module-level function)
+with one JSON value per input line and compare with ``==`` (a tuple counts as a list); stdin
+problems run the whole program with the input on stdin (``open(0)`` too) and compare
+stripped output lines, exactly or as ``Decimal`` tokens. The first failing test fails the
+problem; each test has its own time limit (6 s, as lcb_runner).
 """
 
 from __future__ import annotations
 
 import io as _lcb_io
 import json as _lcb_json
-import signal as _lcb_signal
 import sys as _lcb_sys
 from decimal import Decimal as _LcbDecimal
 
@@ -27,14 +27,6 @@ _LCB_PRELUDE = (
     "import string, re, datetime, collections, heapq, bisect, copy, math, random, statistics, itertools\n"
     "import functools, operator, io, sys, json\nsys.setrecursionlimit(50000)\n"
 )
-
-
-class _LcbTimeout(Exception):
-    pass
-
-
-def _lcb_alarm(signum, frame):
-    raise _LcbTimeout("time limit exceeded")
 
 
 def _lcb_exit(code=None):
@@ -107,27 +99,42 @@ def _lcb_function(scope: dict, fn_name: str, source: str):
     return scope[fn_name]
 
 
-def _lcb_check(source: str, tests_json: str, fn_name) -> bool:
-    """Raises AssertionError at the first failing test; True when all pass."""
-    _lcb_signal.signal(_lcb_signal.SIGALRM, _lcb_alarm)
-    compiled = compile(source, "<solution>", "exec")
-    method = None
+_LCB_ANSWER: dict = {}
+"""In the answer's process: its compiled code, source and (functional problems) method."""
+
+
+def _lcb_answer_setup(source: str, fn_name) -> None:
+    """In the answer's process (candidate_process.py): compiles the answer and, for a
+    functional problem, runs it and finds its method."""
+    _LCB_ANSWER.update(compiled=compile(source, "<solution>", "exec"), method=None)
     if fn_name:
         scope = {"__name__": "__solution__", "exit": _lcb_exit, "quit": _lcb_exit}
         exec(_LCB_PRELUDE, scope)  # noqa: S102
-        exec(compiled, scope)  # noqa: S102 - the candidate, in the sandbox
-        method = _lcb_function(scope, fn_name, source)
+        exec(_LCB_ANSWER["compiled"], scope)  # noqa: S102 - the candidate, in the sandbox
+        _LCB_ANSWER["method"] = _lcb_function(scope, fn_name, source)
+
+
+def _lcb_answer_call(args: list):
+    return _LCB_ANSWER["method"](*args)
+
+
+def _lcb_answer_stdin(stdin_text: str) -> str:
+    return _lcb_run_stdin(_LCB_ANSWER["compiled"], stdin_text)
+
+
+def _lcb_check(candidate, source: str, tests_json: str, fn_name) -> bool:
+    """In the judged program: raises AssertionError at the first failing test; True when all
+    pass. ``candidate``: the answer's process (``CandidateProcess`` running this module), where
+    every test runs under its own time limit; only its output comes back to be compared."""
+    candidate.function("_lcb_answer_setup")(source, fn_name)
+    call, stdin = candidate.function("_lcb_answer_call"), candidate.function("_lcb_answer_stdin")
     for number, (stdin_text, want) in enumerate(_lcb_json.loads(tests_json)):
-        _lcb_signal.alarm(_LCB_TEST_SECONDS)
-        try:
-            if method is not None:
-                got = method(*[_lcb_json.loads(line) for line in stdin_text.split("\n")])
-                ok = (list(got) if isinstance(got, tuple) else got) == _lcb_json.loads(want)
-            else:
-                got = _lcb_run_stdin(compiled, stdin_text)
-                ok = _lcb_same_output(got, want)
-        finally:
-            _lcb_signal.alarm(0)
+        if fn_name:
+            got = call.timed(_LCB_TEST_SECONDS, [_lcb_json.loads(line) for line in stdin_text.split("\n")])
+            ok = (list(got) if isinstance(got, tuple) else got) == _lcb_json.loads(want)
+        else:
+            got = stdin.timed(_LCB_TEST_SECONDS, stdin_text)
+            ok = isinstance(got, str) and _lcb_same_output(got, want)
         assert ok, f"wrong answer on test {number}: {str(got)[:120]!r}"
     return True
 

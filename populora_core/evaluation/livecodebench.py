@@ -26,6 +26,7 @@ import re
 import zlib
 from pathlib import Path
 
+from populora_core.evaluation.candidate_process import program_prelude
 from populora_core.evaluation.items import EvalItem, chat, fenced
 from populora_core.evaluation.lcb_oracle import _LCB_TEST_SECONDS, harness_source
 
@@ -117,4 +118,6 @@ def check_livecodebench(item: EvalItem, completion: str) -> tuple[str, str] | No
     if code is None:
         return None
     d = item.data
-    return f"{harness_source()}\n_lcb_check({code!r}, {d['tests_json']!r}, {d['fn_name']!r})\n", "True"
+    harness = harness_source()
+    check = f"_lcb_check(_candidate, {code!r}, {d['tests_json']!r}, {d['fn_name']!r})"
+    return f"{program_prelude(harness)}{harness}\n{check}\n", "True"

@@ -43,6 +43,16 @@ def _original_tests(benchmark: str) -> dict[str, str]:
         return {r["task_id"]: r["assertion"] for r in map(json.loads, fh)}
 
 
+def _entry_unchanged(item, mutant: str) -> bool:
+    """Whether ``mutant`` changed only code outside the item's entry point."""
+
+    def entry(source: str) -> str:
+        tree = ast.parse(source)
+        return next(ast.unparse(n) for n in tree.body if getattr(n, "name", None) == item.data["entry_point"])
+
+    return entry(mutant) == entry(item.data["plus"]["reference"])
+
+
 def _canonical_and_entry(item) -> tuple[str, str]:
     if item.data.get("plus"):
         return item.data["plus"]["reference"], item.data["entry_point"]
@@ -76,17 +86,23 @@ def test_single_edit_mutants_that_fail_the_original_tests_fail_the_judge(benchma
     alone = eval_pool.run(jobs)
     verdicts = judge_answers([i for i, _, _ in mutants], [code_answer(m) for _, _, m in mutants], eval_pool)
     caught_by_original = [r.status != "ok" for r in alone]
+    # A mutant of a helper the prompt defines (HumanEval/38's encode_cyclic), its entry point the
+    # canonical one: published, the tests call the answer's helper; the judge calls the benchmark's
+    # (an answer cannot change its tests), so such an answer is right unless its entry point calls
+    # the helper.
+    helper_only = [_entry_unchanged(i, m) for i, _, m in mutants]
     missed = [
         (i.item_id, kind)
-        for (i, kind, _), c, v in zip(mutants, caught_by_original, verdicts, strict=True)
-        if c and v.correct
+        for (i, kind, _), c, h, v in zip(mutants, caught_by_original, helper_only, verdicts, strict=True)
+        if c and v.correct and not h
     ]
-    classes = {v.failure for c, v in zip(caught_by_original, verdicts, strict=True) if c}
+    classes = {v.failure for c, h, v in zip(caught_by_original, helper_only, verdicts, strict=True) if c and not h}
     extra = sum(1 for c, v in zip(caught_by_original, verdicts, strict=True) if not c and not v.correct)
     survived = sum(1 for c, v in zip(caught_by_original, verdicts, strict=True) if not c and v.correct)
-    # seen: HumanEval+ 405 mutants, 368 caught by the original tests, 15 more by the judge, 22 passed
-    # both; MBPP+ 557, 459, 59 and 39 (docs/evaluation.md#the-judges-checked)
-    found = f"{sum(caught_by_original)} caught by the original tests, {extra} more by the judge"
-    print(f"{benchmark}: {len(mutants)} mutants, {found}, {survived} passed both")
+    # seen: HumanEval+ 405 mutants, 368 caught by the original tests (7 of a helper, 5 right), 15 more
+    # by the judge, 22 passed both; MBPP+ 557, 459 (18, 0), 59 and 39 (docs/evaluation.md#the-judges-checked)
+    helpers = [v.correct for c, h, v in zip(caught_by_original, helper_only, verdicts, strict=True) if c and h]
+    found = f"{sum(caught_by_original)} caught by the original tests ({len(helpers)} of a helper, {sum(helpers)} right)"
+    print(f"{benchmark}: {len(mutants)} mutants, {found}, {extra} more by the judge, {survived} passed both")
     assert not missed, missed[:10]
     assert classes <= set(CODE)

@@ -1,0 +1,327 @@
+"""The candidate in a process of its own: a benchmark's tests judge it through a pipe.
+
+Standard library only: ``program_prelude()`` pastes this module's source into the judged
+program, which then runs in the sandbox as two processes:
+
+- the **judge** (the program itself, which the sandbox worker started): the benchmark's
+  tests, its reference solution, and the verdict the worker reads from fd 3. It makes itself
+  non-dumpable, so no other process of its uid can trace it, read its memory or open its
+  descriptors through ``/proc``;
+- the **candidate**: a fresh interpreter (``exec``, not a fork: it holds none of the judge's
+  memory, neither the tests nor the reference nor their expected values), started with no
+  descriptor but stdin, stdout, stderr and its two pipes. It executes the answer's code as
+  ``__main__`` and then answers calls: the judge's ``_CandidateObject`` sends a call's
+  arguments, the candidate returns the value or the exception.
+
+Values cross as pickles that name no class but a builtin type (``_CpUnpickler``): None,
+bool, int, float, complex, str, bytes, bytearray, range, and lists, tuples, sets, frozensets
+and dicts of them; a subclass crosses as its base type (its own ``__eq__`` stays behind,
+``_cp_plain``). Anything else stays in the candidate's process and crosses as a handle
+(``_CandidateObject``) the judge can call or pass back (a class the tests construct, as some
+MBPP tests do), equal to nothing. So the comparison is the judge's own ``==`` on plain values:
+an answer cannot write the verdict, return an object equal to everything, or read the
+expected outputs, whatever it runs. Exceptions cross by name: a builtin one is raised again
+as itself, any other as ``RuntimeError('<Name>: <message>')``; a call's time limit
+(``_CandidateObject.timed``) is kept in the candidate's process and raises ``TimeoutError``;
+a candidate that dies raises ``RuntimeError`` (``TimeoutError`` when its CPU limit killed it).
+"""
+
+from __future__ import annotations
+
+import builtins as _cp_builtins
+import os as _cp_os
+import pickle as _cp_pickle
+import signal as _cp_signal
+import subprocess as _cp_subprocess
+import sys as _cp_sys
+
+
+class _CandidateObject:
+    """A value that stayed in the candidate's process: callable, and passed back as itself."""
+
+    def __init__(self, process, handle: int) -> None:
+        self._process, self._handle = process, handle
+
+    def __call__(self, *args, **kwargs):
+        return self._process.call(self._handle, args, kwargs)
+
+    def timed(self, seconds: float, *args):
+        """The call under a time limit the candidate's process keeps (TimeoutError past it)."""
+        return self._process.call(self._handle, args, {}, seconds)
+
+    def __repr__(self) -> str:
+        return f"<candidate object {self._handle}>"
+
+
+_CP_TYPES = (
+    "list",
+    "tuple",
+    "dict",
+    "set",
+    "frozenset",
+    "int",
+    "float",
+    "complex",
+    "str",
+    "bytes",
+    "bytearray",
+    "range",
+)
+_CP_HANDLE = "\x00candidate-object"
+
+
+def _cp_plain(obj, handle_of):
+    """How ``obj`` crosses (a pickle reduction), or NotImplemented for what pickle's C code
+    writes itself (exact builtin values); a subclass as its base type, anything else as
+    ``(_CP_HANDLE, n)`` with ``n = handle_of(obj)``."""
+    kind = type(obj)
+    if kind is complex:
+        return complex, (obj.real, obj.imag)
+    if kind is range:
+        return range, (obj.start, obj.stop, obj.step)
+    if obj is None or kind in (bool, int, float, str, bytes, bytearray, list, tuple, dict, set, frozenset):
+        return NotImplemented
+    if kind is type and obj.__name__ in _CP_TYPES and getattr(_cp_builtins, obj.__name__) is obj:
+        return NotImplemented  # a reduction's own callable: pickled by name
+    if isinstance(obj, _CandidateObject):
+        return tuple, ((_CP_HANDLE, obj._handle),)
+    for base, value in (
+        (dict, lambda: list(dict.items(obj))),
+        (list, lambda: list.copy(obj)),
+        (tuple, lambda: list(tuple.__iter__(obj))),
+        (frozenset, lambda: list(frozenset.__iter__(obj))),
+        (set, lambda: list(set.__iter__(obj))),
+        (str, lambda: str.__str__(obj)),
+        (bytes, lambda: bytes.__bytes__(obj)),
+        (int, lambda: int.__int__(obj)),
+        (float, lambda: float.__float__(obj)),
+        (complex, lambda: complex.__complex__(obj)),
+    ):
+        if isinstance(obj, base):
+            return base, (value(),)
+    return tuple, ((_CP_HANDLE, handle_of(obj)),)
+
+
+class _CpPickler(_cp_pickle.Pickler):
+    def __init__(self, file, handle_of) -> None:
+        super().__init__(file, protocol=5)
+        self.handle_of, self.handles = handle_of, 0
+
+    def reducer_override(self, obj):
+        reduced = _cp_plain(obj, self.handle_of)
+        if reduced is not NotImplemented and reduced[0] is tuple and reduced[1][0][:1] == (_CP_HANDLE,):
+            self.handles += 1
+        return reduced
+
+
+class _CpUnpickler(_cp_pickle.Unpickler):
+    """Builds only builtin values: any other class or function a message names is refused."""
+
+    def find_class(self, module, name):
+        if module == "builtins" and name in _CP_TYPES:
+            return getattr(_cp_builtins, name)
+        raise _cp_pickle.UnpicklingError(f"a message may not name {module}.{name}")
+
+
+def _cp_resolve(value, object_of):
+    """``value`` with every ``(_CP_HANDLE, n)`` tuple replaced by ``object_of(n)``."""
+    kind = type(value)
+    if kind is tuple:
+        if len(value) == 2 and value[0] == _CP_HANDLE:
+            return object_of(value[1])
+        return tuple(_cp_resolve(v, object_of) for v in value)
+    if kind is list:
+        return [_cp_resolve(v, object_of) for v in value]
+    if kind is dict:
+        return {_cp_resolve(k, object_of): _cp_resolve(v, object_of) for k, v in value.items()}
+    if kind in (set, frozenset):
+        return kind(_cp_resolve(v, object_of) for v in value)
+    return value
+
+
+class _CpChannel:
+    """One end of the pipes: messages are pickles (streamed, in 64 KiB frames), each followed by
+    a line counting the handles in it."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self.reader = open(read_fd, "rb", closefd=False)  # noqa: SIM115 - lives as long as the process
+        self.writer = open(write_fd, "wb", closefd=False)  # noqa: SIM115
+
+    def send(self, message: dict, handle_of) -> None:
+        pickler = _CpPickler(self.writer, handle_of)
+        pickler.dump(message)
+        self.writer.write(b"%d\n" % pickler.handles)
+        self.writer.flush()
+
+    def receive(self, object_of):
+        """The next message (None at end of file), its handles resolved by ``object_of``."""
+        try:
+            message = _CpUnpickler(self.reader).load()
+        except EOFError:
+            return None
+        handles = self.reader.readline()
+        if not handles.endswith(b"\n"):
+            return None
+        return _cp_resolve(message, object_of) if int(handles) else message
+
+
+class _CpTimeout(Exception):
+    pass
+
+
+def _cp_alarm(signum, frame):
+    raise _CpTimeout("time limit exceeded")
+
+
+def _cp_raised(exc: BaseException) -> dict:
+    if isinstance(exc, _CpTimeout):
+        return {"raise": ["TimeoutError", "time limit exceeded"]}
+    try:
+        message = str(exc)[:500]
+    except BaseException:  # noqa: BLE001 - the candidate's exception may refuse str()
+        message = "unprintable exception"
+    return {"raise": [type(exc).__name__, message]}
+
+
+def _cp_serve(requests: int, replies: int) -> None:
+    """The candidate's side: executes the source the judge sends, then answers its calls, each
+    under its own time limit when the judge sets one."""
+    objects: dict = {}
+
+    def handle_of(value) -> int:
+        objects[len(objects) + 1] = value
+        return len(objects)
+
+    channel = _CpChannel(requests, replies)
+    message = channel.receive(objects.__getitem__)
+    scope = {"__name__": "__main__", "__builtins__": _cp_builtins}
+    _cp_sys.setrecursionlimit(int(message["recursion_limit"]))
+    _cp_signal.signal(_cp_signal.SIGALRM, _cp_alarm)
+    try:
+        exec(compile(message["source"], "<candidate>", "exec"), scope)  # noqa: S102 - in the sandbox
+        reply = {"names": sorted(n for n, v in scope.items() if callable(v) and not n.startswith("__"))}
+    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the judge
+        reply = _cp_raised(exc)
+    _cp_reply(channel, reply, handle_of)
+    while (message := channel.receive(objects.__getitem__)) is not None:
+        try:
+            target = message["target"]
+            fn = scope[target] if isinstance(target, str) else objects[target]
+            if message["seconds"]:
+                _cp_signal.setitimer(_cp_signal.ITIMER_REAL, message["seconds"])
+            try:
+                reply = {"value": fn(*message["args"], **message["kwargs"])}
+            finally:
+                _cp_signal.setitimer(_cp_signal.ITIMER_REAL, 0)
+        except BaseException as exc:  # noqa: BLE001
+            reply = _cp_raised(exc)
+        _cp_reply(channel, reply, handle_of)
+
+
+def _cp_reply(channel: _CpChannel, reply: dict, handle_of) -> None:
+    """Sends ``reply`` after the candidate's output; a value pickle refuses midway (nesting
+    deeper than the recursion limit) ends this process, its reason on stderr."""
+    try:
+        _cp_sys.stdout.flush()
+    except BaseException:  # noqa: BLE001 - the candidate may have closed its stdout
+        pass
+    try:
+        channel.send(reply, handle_of)
+    except BaseException as exc:  # noqa: BLE001
+        _cp_os.write(2, f"the candidate's value cannot reach the judge: {_cp_raised(exc)['raise']}\n".encode())
+        _cp_os._exit(1)
+
+
+class CandidateProcess:
+    """The judge's side: starts the candidate's interpreter on ``source``; ``function(name)``
+    is the candidate's top-level callable, to be called like the original."""
+
+    def __init__(self, source: str, own_source: str) -> None:
+        try:
+            import ctypes
+
+            ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no trace, no /proc/<pid>/fd|mem
+        except Exception:  # noqa: BLE001 - the sandbox worker already is (and so its children)
+            pass
+        to_candidate, requests = _cp_os.pipe()
+        replies, from_candidate = _cp_os.pipe()
+        bootstrap = f"{own_source}\n_cp_serve({to_candidate}, {from_candidate})\n"
+        self._child = _cp_subprocess.Popen(
+            [_cp_sys.executable, "-I", "-S", "-c", bootstrap],
+            stdin=_cp_subprocess.DEVNULL,
+            pass_fds=(to_candidate, from_candidate),
+            close_fds=True,
+        )
+        _cp_os.close(to_candidate)
+        _cp_os.close(from_candidate)
+        self._channel = _CpChannel(replies, requests)
+        names = self._exchange({"source": source, "recursion_limit": _cp_sys.getrecursionlimit()})
+        self.names = frozenset(str(n) for n in names)
+
+    def function(self, name: str) -> _CandidateObject:
+        """The candidate's ``name``; NameError (as the tests calling it in-process would
+        get) when its code defines no such callable."""
+        if name not in self.names:
+            raise NameError(f"name {name!r} is not defined")
+        return _CandidateObject(self, name)
+
+    def call(self, target, args: tuple, kwargs: dict, seconds: float | None = None):
+        """``target(*args, **kwargs)`` in the candidate's process; ``seconds``: its time limit
+        there (TimeoutError past it), the transfer of its value not counted."""
+        return self._exchange({"target": target, "args": tuple(args), "kwargs": dict(kwargs), "seconds": seconds})
+
+    @staticmethod
+    def _refuse(value) -> int:
+        raise TypeError(f"the judge cannot pass a {type(value).__name__} to the candidate's process")
+
+    def _exchange(self, message: dict):
+        """Sends ``message``, returns the decoded reply or raises what the candidate raised;
+        anything that interrupts the exchange (a time limit's alarm) ends the candidate."""
+        if self._child.returncode is not None:
+            raise RuntimeError("the candidate's process has ended")
+        try:
+            self._channel.send(message, self._refuse)
+            reply = self._channel.receive(lambda handle: _CandidateObject(self, handle))
+        except BaseException:
+            self.close()
+            raise
+        if reply is None:
+            self.close()
+            if self._child.returncode == -_cp_signal.SIGXCPU:
+                raise TimeoutError("cpu time limit")
+            raise RuntimeError(f"the candidate's process ended (exit status {self._child.returncode})")
+        if not isinstance(reply, dict) or len(reply) != 1:
+            raise RuntimeError("the candidate's process sent a malformed reply")
+        if "raise" in reply:
+            name, text = (str(x) for x in reply["raise"])
+            kind = getattr(_cp_builtins, name, None)
+            if isinstance(kind, type) and issubclass(kind, BaseException) and kind is not KeyboardInterrupt:
+                raise kind(text)
+            raise RuntimeError(f"{name}: {text}")
+        return reply["names"] if "names" in reply else reply["value"]
+
+    def close(self) -> None:
+        if self._child.returncode is None:
+            self._child.kill()
+            self._child.wait()
+
+
+# The host's side: not pasted into the judged program ----------------------------------------
+
+
+def module_source() -> str:
+    """This module's definitions as the judged program and the candidate's process run them
+    (a ``__future__`` import is legal only at a program's top, so it is left out)."""
+    from pathlib import Path
+
+    own = Path(__file__).read_text().replace("from __future__ import annotations\n", "")
+    return own[: own.index("\n# The host's side")]
+
+
+def program_prelude(candidate_source: str) -> str:
+    """The judged program's start: this module's definitions, then ``_candidate``, the
+    candidate's process running ``candidate_source`` (the tests follow)."""
+    return (
+        f"_cp_own_source = {module_source()!r}\nexec(_cp_own_source)\n"
+        f"_candidate = CandidateProcess({candidate_source!r}, _cp_own_source)\n"
+    )

@@ -1,0 +1,178 @@
+"""The candidate in a process of its own (candidate_process.py): values cross as plain data,
+objects stay behind as handles, exceptions and time limits cross by name, messages name no
+callable; and through the real sandbox, no answer of any code benchmark passes by forging its
+verdict or by returning an object equal to everything (both passed before: the answer ran in
+the process that writes the verdict)."""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+
+import populora_core.evaluation.candidate_process as cp
+from populora_core.evaluation.benchmarks import load_benchmark
+from populora_core.evaluation.code_suites import _mbpp_judge_part
+from populora_core.evaluation.livecodebench import load_livecodebench
+from populora_core.evaluation.pass_at_1 import judge_answers
+from tests.core.evaluation.conftest import DATA, code_answer
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+OWN_SOURCE = cp.module_source()
+
+CANDIDATE = """
+import collections, enum, os
+class Color(enum.IntEnum):
+    RED = 1
+Point = collections.namedtuple("Point", "x y")
+class Shout(str):
+    def __eq__(self, other):
+        return True
+class Equal:
+    def __eq__(self, other):
+        return True
+class Pair:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+class Custom(Exception):
+    pass
+def values():
+    return [float("nan"), 10**5000, 3 - 4j, range(2, 9, 3), b"\\x00b", bytearray(b"a"), {(1, 2): {3}},
+            frozenset({4}), True, None, -0.0]
+def subclasses():
+    return collections.OrderedDict(a=1), collections.Counter("aa"), Point(1, 2), Shout("x"), Color.RED
+def equal():
+    return Equal()
+def total(pairs):
+    return sum(p.a + p.b for p in pairs)
+def fail(kind):
+    raise {"value": ValueError("bad value"), "custom": Custom("mine")}[kind]
+def spin():
+    while True:
+        pass
+def descriptors():
+    return sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
+"""
+
+
+@pytest.fixture(scope="module")
+def candidate():
+    process = cp.CandidateProcess(CANDIDATE, OWN_SOURCE)
+    yield process
+    process.close()
+
+
+def test_values_cross_as_the_builtin_values_they_are(candidate):
+    got = candidate.function("values")()
+    assert math.isnan(got[0])
+    assert got[1:] == [10**5000, 3 - 4j, range(2, 9, 3), b"\x00b", bytearray(b"a"), {(1, 2): {3}}, frozenset({4}), True, None, -0.0]  # fmt: skip # noqa: E501
+    assert [type(v) for v in got[2:7]] == [complex, range, bytes, bytearray, dict]
+    assert math.copysign(1, got[-1]) == -1
+
+
+def test_a_subclass_crosses_as_its_base_type_and_leaves_its_eq_behind(candidate):
+    ordered, counter, point, shout, red = candidate.function("subclasses")()
+    assert (type(ordered), type(counter), type(point), type(shout), type(red)) == (dict, dict, tuple, str, int)
+    assert (ordered, counter, point, shout, red) == ({"a": 1}, {"a": 2}, (1, 2), "x", 1)
+    assert shout != "anything else"
+
+
+def test_an_object_equal_to_everything_stays_behind_and_equals_nothing(candidate):
+    equal = candidate.function("equal")()
+    assert isinstance(equal, cp._CandidateObject)
+    assert not equal == 5  # noqa: SIM201 - the comparison under test
+    assert [equal] != [5]
+
+
+def test_objects_stay_in_the_candidate_and_are_passed_back_as_themselves(candidate):
+    pair = candidate.function("Pair")(1, 2)
+    assert isinstance(pair, cp._CandidateObject)
+    assert candidate.function("total")([pair, pair, candidate.function("Pair")(10, 0)]) == 16
+
+
+def test_exceptions_cross_by_name(candidate):
+    with pytest.raises(ValueError, match=r"^bad value$"):
+        candidate.function("fail")("value")
+    with pytest.raises(RuntimeError, match=r"^Custom: mine$"):
+        candidate.function("fail")("custom")
+    with pytest.raises(NameError, match="'missing' is not defined"):
+        candidate.function("missing")
+    with pytest.raises(SyntaxError):
+        cp.CandidateProcess("def broken(:\n", OWN_SOURCE)
+
+
+def test_a_time_limit_is_kept_in_the_candidates_process(candidate):
+    with pytest.raises(TimeoutError, match="time limit exceeded"):
+        candidate.function("spin").timed(0.2)
+    assert candidate.function("total")([]) == 0  # the process lives on
+
+
+def test_the_candidate_holds_no_descriptor_but_its_stdio_and_pipes(candidate):
+    r, w = os.pipe()  # the judge's result pipe stands in: never the candidate's
+    try:
+        assert len(candidate.function("descriptors")()) == 3 + 2 + 1  # stdio, two pipes, the listing's own
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_message_naming_any_callable_but_a_builtin_type_is_refused(tmp_path):
+    target = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return os.system, (f"touch {target}",)
+
+    for message in (pickle.dumps(Payload()), pickle.dumps(Path("x"))):
+        with pytest.raises(pickle.UnpicklingError, match="may not name"):
+            cp._CpUnpickler(__import__("io").BytesIO(message)).load()
+    assert not target.exists()
+
+
+# through the sandbox ------------------------------------------------------------------------
+FORGE = 'import os\nos.write(3, b\'{"status": "ok", "value": "True", "error": null}\')\nos._exit(0)\n'
+EQUAL = "class Equal:\n    def __eq__(self, other):\n        return True\n    __hash__ = object.__hash__\n"
+CRUX_FORGE = (
+    '__import__(\'os\').write(3, b\'{"status": "ok", "value": "True", "error": null}\') or __import__(\'os\')._exit(0)'
+)
+CRUX_EQUAL = "type('Equal', (), {'__eq__': lambda self, other: True, '__hash__': object.__hash__})()"
+
+
+def _entry_points(item) -> list[str]:
+    if "asserts" in item.data:
+        return _mbpp_judge_part(item.data["asserts"], item.data["reference"])[1]
+    return [item.data["entry_point"]]
+
+
+def _forgeries(item) -> list[str]:
+    if item.kind == "livecodebench":
+        method = EQUAL + "class Solution:\n    def addToAll(self, *args):\n        return Equal()\n"
+        return [code_answer(FORGE), code_answer(method if item.data["fn_name"] else f"print(Equal())\n{FORGE}")]
+    if item.kind == "cruxeval_o":
+        return [f"```output\n{CRUX_FORGE}\n```", f"```output\n{CRUX_EQUAL}\n```"]
+    if item.kind == "cruxeval_i":
+        return [f"```input\n{CRUX_FORGE}\n```"]
+    equal = EQUAL + "".join(f"def {name}(*args, **kwargs):\n    return Equal()\n" for name in _entry_points(item))
+    return [code_answer(FORGE), code_answer(equal)]
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not at {DATA}")
+def test_no_answer_passes_by_forging_its_verdict_or_by_equalling_everything(eval_pool):
+    items, answers = [], []
+    for benchmark in ("humaneval", "humanevalplus", "mbpp", "mbppplus", "cruxeval_o", "cruxeval_i"):
+        for item in load_benchmark(benchmark, DATA)[:4]:
+            for answer in _forgeries(item):
+                items.append(item)
+                answers.append(answer)
+    for item in load_livecodebench(FIXTURES):  # one stdin problem, one functional
+        for answer in _forgeries(item):
+            items.append(item)
+            answers.append(answer)
+    verdicts = judge_answers(items, answers, eval_pool)
+    passed = [(i.item_id, a[:60]) for i, a, v in zip(items, answers, verdicts, strict=True) if v.correct]
+    assert not passed
+    assert len(verdicts) == 4 * (2 + 2 + 2 + 2 + 2 + 1) + 2 * 2
