@@ -13,22 +13,30 @@ program, which then runs in the sandbox as two processes:
   ``__main__`` and then answers calls: the judge's ``_CandidateObject`` sends a call's
   arguments, the candidate returns the value or the exception.
 
-Values cross as pickles that name no class but a builtin type (``_CpUnpickler``): None,
-bool, int, float, complex, str, bytes, bytearray, range, and lists, tuples, sets, frozensets
-and dicts of them; a subclass crosses as its base type (its own ``__eq__`` stays behind,
+Values cross as pickles that name no class but a builtin type, ``Fraction`` or ``Decimal``
+(``_CpUnpickler``): None, bool, int, float, complex, str, bytes, bytearray, range, and lists,
+tuples, sets, frozensets and dicts of them; a subclass crosses as its base type (its own ``__eq__`` stays behind,
 ``_cp_plain``). Anything else stays in the candidate's process and crosses as a handle
 (``_CandidateObject``) the judge can call or pass back (a class the tests construct, as some
-MBPP tests do), equal to nothing. So the comparison is the judge's own ``==`` on plain values:
-an answer cannot write the verdict, return an object equal to everything, or read the
-expected outputs, whatever it runs. Exceptions cross by name: a builtin one is raised again
+MBPP tests do), equal to nothing; read-only operations on it (``_CP_OPS``: iterating, ``len``,
+``float``...) run in the candidate's process. So the comparison is the judge's own ``==`` on
+plain values: an answer cannot write the verdict, return an object equal to everything, or
+read the expected outputs. The judge ignores SIGPIPE and lets SIGINT end it, so the
+candidate's signals can only fail it. Exceptions cross by name: a builtin one is raised again
 as itself, any other as ``RuntimeError('<Name>: <message>')``; a call's time limit
-(``_CandidateObject.timed``) is kept in the candidate's process and raises ``TimeoutError``;
-a candidate that dies raises ``RuntimeError`` (``TimeoutError`` when its CPU limit killed it).
+(``_CandidateObject.timed``) is kept in the candidate's process and, as a backstop, by the
+judge (``_CP_WATCHDOG_*``), raising ``TimeoutError``; StopIteration, StopAsyncIteration,
+GeneratorExit and anything not an Exception cross as RuntimeError; a candidate that dies
+raises ``RuntimeError`` (``TimeoutError`` when its CPU limit killed it).
 """
 
 from __future__ import annotations
+import __future__ as _cp_future
 
 import builtins as _cp_builtins
+import decimal as _cp_decimal
+import fractions as _cp_fractions
+import operator as _cp_operator
 import os as _cp_os
 import pickle as _cp_pickle
 import signal as _cp_signal
@@ -46,8 +54,41 @@ class _CandidateObject:
         return self._process.call(self._handle, args, kwargs)
 
     def timed(self, seconds: float, *args):
-        """The call under a time limit the candidate's process keeps (TimeoutError past it)."""
+        """The call under a time limit (TimeoutError past it)."""
         return self._process.call(self._handle, args, {}, seconds)
+
+    # What tests do with a value besides comparing it, done in the candidate's process by the
+    # builtin that checks its result's type: ``tuple(answer)`` of a generator, ``len`` of a deque.
+    # ``==`` stays the judge's: identity.
+    def __iter__(self):
+        return iter(self._process.call(self._handle, (), {}, op="iter"))
+
+    def __len__(self) -> int:
+        return self._process.call(self._handle, (), {}, op="len")
+
+    def __bool__(self) -> bool:
+        return self._process.call(self._handle, (), {}, op="bool")
+
+    def __contains__(self, item) -> bool:
+        return self._process.call(self._handle, (item,), {}, op="contains")
+
+    def __getitem__(self, key):
+        return self._process.call(self._handle, (key,), {}, op="getitem")
+
+    def __float__(self) -> float:
+        return self._process.call(self._handle, (), {}, op="float")
+
+    def __int__(self) -> int:
+        return self._process.call(self._handle, (), {}, op="int")
+
+    def __index__(self) -> int:
+        return self._process.call(self._handle, (), {}, op="index")
+
+    def __str__(self) -> str:
+        return self._process.call(self._handle, (), {}, op="str")
+
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
 
     def __repr__(self) -> str:
         return f"<candidate object {self._handle}>"
@@ -68,6 +109,18 @@ _CP_TYPES = (
     "range",
 )
 _CP_HANDLE = "\x00candidate-object"
+_CP_NUMBERS = {("fractions", "Fraction"): _cp_fractions.Fraction, ("decimal", "Decimal"): _cp_decimal.Decimal}
+_CP_OPS = {
+    "iter": list,
+    "len": len,
+    "bool": bool,
+    "contains": lambda obj, item: item in obj,
+    "getitem": lambda obj, key: obj[key],
+    "float": float,
+    "int": int,
+    "index": _cp_operator.index,
+    "str": str,
+}
 
 
 def _cp_plain(obj, handle_of):
@@ -79,10 +132,16 @@ def _cp_plain(obj, handle_of):
         return complex, (obj.real, obj.imag)
     if kind is range:
         return range, (obj.start, obj.stop, obj.step)
+    if isinstance(obj, _cp_fractions.Fraction):
+        return _cp_fractions.Fraction, (int(obj.numerator), int(obj.denominator))
+    if isinstance(obj, _cp_decimal.Decimal):
+        return _cp_decimal.Decimal, (_cp_decimal.Decimal.__str__(obj),)
     if obj is None or kind in (bool, int, float, str, bytes, bytearray, list, tuple, dict, set, frozenset):
         return NotImplemented
     if kind is type and obj.__name__ in _CP_TYPES and getattr(_cp_builtins, obj.__name__) is obj:
         return NotImplemented  # a reduction's own callable: pickled by name
+    if obj is _cp_fractions.Fraction or obj is _cp_decimal.Decimal:
+        return NotImplemented
     if isinstance(obj, _CandidateObject):
         return tuple, ((_CP_HANDLE, obj._handle),)
     for base, value in (
@@ -93,6 +152,7 @@ def _cp_plain(obj, handle_of):
         (set, lambda: list(set.__iter__(obj))),
         (str, lambda: str.__str__(obj)),
         (bytes, lambda: bytes.__bytes__(obj)),
+        (bytearray, lambda: bytes(memoryview(obj))),
         (int, lambda: int.__int__(obj)),
         (float, lambda: float.__float__(obj)),
         (complex, lambda: complex.__complex__(obj)),
@@ -120,6 +180,8 @@ class _CpUnpickler(_cp_pickle.Unpickler):
     def find_class(self, module, name):
         if module == "builtins" and name in _CP_TYPES:
             return getattr(_cp_builtins, name)
+        if (module, name) in _CP_NUMBERS:
+            return _CP_NUMBERS[(module, name)]
         raise _cp_pickle.UnpicklingError(f"a message may not name {module}.{name}")
 
 
@@ -183,6 +245,9 @@ def _cp_raised(exc: BaseException) -> dict:
     return {"raise": [type(exc).__name__, message]}
 
 
+_CP_ANNOTATIONS = _cp_future.annotations.compiler_flag
+
+
 def _cp_serve(requests: int, replies: int) -> None:
     """The candidate's side: executes the source the judge sends, then answers its calls, each
     under its own time limit when the judge sets one."""
@@ -198,7 +263,9 @@ def _cp_serve(requests: int, replies: int) -> None:
     _cp_sys.setrecursionlimit(int(message["recursion_limit"]))
     _cp_signal.signal(_cp_signal.SIGALRM, _cp_alarm)
     try:
-        exec(compile(message["source"], "<candidate>", "exec"), scope)  # noqa: S102 - in the sandbox
+        # as the worker compiles a program (worker.py's own `from __future__ import annotations`)
+        code = compile(message["source"], "<candidate>", "exec", flags=_CP_ANNOTATIONS, dont_inherit=True)
+        exec(code, scope)  # noqa: S102 - in the sandbox
         reply = {"names": sorted(n for n, v in scope.items() if callable(v) and not n.startswith("__"))}
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the judge
         reply = _cp_raised(exc)
@@ -207,6 +274,8 @@ def _cp_serve(requests: int, replies: int) -> None:
         try:
             target = message["target"]
             fn = scope[target] if isinstance(target, str) else objects[target]
+            if message["op"]:
+                fn = (lambda op, obj: lambda *args: op(obj, *args))(_CP_OPS[message["op"]], fn)
             if message["seconds"]:
                 _cp_signal.setitimer(_cp_signal.ITIMER_REAL, message["seconds"])
             try:
@@ -232,6 +301,17 @@ def _cp_reply(channel: _CpChannel, reply: dict, handle_of) -> None:
         _cp_os._exit(1)
 
 
+_CP_WATCHDOG_FACTOR, _CP_WATCHDOG_SLACK_S = 2.0, 10.0
+"""A timed call's reply must start within ``2 x seconds + 10 s`` in the judge's own clock, even
+if the answer swallows or blocks its process's alarm; the slack is for moving a large value."""
+_CP_NOT_MIRRORED = (StopIteration, StopAsyncIteration, GeneratorExit)
+"""Exceptions that would end a loop of the judge's silently, raised as RuntimeError instead."""
+
+
+def _cp_watchdog(signum, frame):
+    raise TimeoutError("time limit exceeded")
+
+
 class CandidateProcess:
     """The judge's side: starts the candidate's interpreter on ``source``; ``function(name)``
     is the candidate's top-level callable, to be called like the original."""
@@ -243,11 +323,18 @@ class CandidateProcess:
             ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no trace, no /proc/<pid>/fd|mem
         except Exception:  # noqa: BLE001 - the sandbox worker already is (and so its children)
             pass
+        # Signals the answer can send (same uid): none may run a handler in the judge. SIGINT's
+        # KeyboardInterrupt could land in a test's bare `except:`; SIGINT now ends the judge (a
+        # wrong verdict). SIGPIPE: a dead answer's pipe raises BrokenPipeError, not a kill.
+        _cp_signal.signal(_cp_signal.SIGINT, _cp_signal.SIG_DFL)
+        _cp_signal.signal(_cp_signal.SIGPIPE, _cp_signal.SIG_IGN)
         to_candidate, requests = _cp_os.pipe()
         replies, from_candidate = _cp_os.pipe()
         bootstrap = f"{own_source}\n_cp_serve({to_candidate}, {from_candidate})\n"
         self._child = _cp_subprocess.Popen(
-            [_cp_sys.executable, "-I", "-S", "-c", bootstrap],
+            # the worker's flags: no user site or site, no script directory, and (unlike -I) the
+            # environment's PYTHONHASHSEED=0, so sets iterate as in the judge
+            [_cp_sys.executable, "-s", "-S", "-P", "-c", bootstrap],
             stdin=_cp_subprocess.DEVNULL,
             pass_fds=(to_candidate, from_candidate),
             close_fds=True,
@@ -265,10 +352,20 @@ class CandidateProcess:
             raise NameError(f"name {name!r} is not defined")
         return _CandidateObject(self, name)
 
-    def call(self, target, args: tuple, kwargs: dict, seconds: float | None = None):
-        """``target(*args, **kwargs)`` in the candidate's process; ``seconds``: its time limit
-        there (TimeoutError past it), the transfer of its value not counted."""
-        return self._exchange({"target": target, "args": tuple(args), "kwargs": dict(kwargs), "seconds": seconds})
+    def call(self, target, args: tuple, kwargs: dict, seconds: float | None = None, op: str | None = None):
+        """``target(*args, **kwargs)`` in the candidate's process (``op``: one of ``_CP_OPS``
+        on ``target`` instead); ``seconds``: its time limit there (TimeoutError past it, the
+        transfer of its value not counted), kept by the judge too (``_CP_WATCHDOG_*``)."""
+        message = {"target": target, "args": tuple(args), "kwargs": dict(kwargs), "seconds": seconds, "op": op}
+        if not seconds:
+            return self._exchange(message)
+        previous = _cp_signal.signal(_cp_signal.SIGALRM, _cp_watchdog)
+        _cp_signal.setitimer(_cp_signal.ITIMER_REAL, _CP_WATCHDOG_FACTOR * seconds + _CP_WATCHDOG_SLACK_S)
+        try:
+            return self._exchange(message)
+        finally:
+            _cp_signal.setitimer(_cp_signal.ITIMER_REAL, 0)
+            _cp_signal.signal(_cp_signal.SIGALRM, previous)
 
     @staticmethod
     def _refuse(value) -> int:
@@ -282,6 +379,8 @@ class CandidateProcess:
         try:
             self._channel.send(message, self._refuse)
             reply = self._channel.receive(lambda handle: _CandidateObject(self, handle))
+        except (BrokenPipeError, EOFError):
+            reply = None
         except BaseException:
             self.close()
             raise
@@ -295,7 +394,7 @@ class CandidateProcess:
         if "raise" in reply:
             name, text = (str(x) for x in reply["raise"])
             kind = getattr(_cp_builtins, name, None)
-            if isinstance(kind, type) and issubclass(kind, BaseException) and kind is not KeyboardInterrupt:
+            if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(kind, _CP_NOT_MIRRORED):
                 raise kind(text)
             raise RuntimeError(f"{name}: {text}")
         return reply["names"] if "names" in reply else reply["value"]

@@ -32,6 +32,7 @@ from populora_core.config import SandboxConfig
 from populora_core.sandbox.base import (
     SHM_MB,
     TMPFS_MB,
+    WORKER_FLAGS,
     SandboxBackend,
     SandboxUnavailable,
     WorkerProcess,
@@ -225,7 +226,7 @@ class LocalBackend:
             "--clearenv", "--setenv", "PYTHONHASHSEED", "0", "--setenv", "PATH", "/usr/bin",
             *self._filesystem(python),
             "--chdir", "/tmp",
-            "--", python, "-I", "-S",
+            "--", python, *WORKER_FLAGS,
         ]  # fmt: skip
         return [*prefix, *bwrap, "-c", worker_source(), "--isolated", *(["--check"] if check else [])]
 
@@ -256,7 +257,7 @@ class UnsafeSubprocessBackend:
         )
         python = find_system_python(self.config.python)
         env = {"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
-        argv = [python, "-I", "-S", "-c", worker_source()]
+        argv = [python, *WORKER_FLAGS, "-c", worker_source()]
         return _popen_worker(argv, env=env, name=f"unsafe-{index}", index=index, start_new_session=True)
 
     def stop(self, worker: WorkerProcess) -> None:

@@ -9,6 +9,11 @@ from typing import Any, Protocol
 
 WORKER_PATH = Path(__file__).with_name("worker.py")
 JAIL_PATH = Path(__file__).with_name("jail.py")
+WORKER_FLAGS = ("-s", "-S", "-P")
+"""The worker's interpreter flags: no user site-packages, no site, no script directory on the
+path. Not ``-I``: it implies ``-E``, which ignores the PYTHONHASHSEED=0 every backend sets, and
+string hashes (set orders) would differ between workers, and between a judge and its answer's
+process (`candidate_process.py` starts that with the same flags)."""
 TMPFS_MB = 64
 """Size of the writable /tmp of each sandbox (emptied after every job)."""
 SHM_MB = 16

@@ -24,7 +24,14 @@ import threading
 import uuid
 
 from populora_core.config import SandboxConfig
-from populora_core.sandbox.base import SHM_MB, TMPFS_MB, SandboxUnavailable, WorkerProcess, worker_source
+from populora_core.sandbox.base import (
+    SHM_MB,
+    TMPFS_MB,
+    WORKER_FLAGS,
+    SandboxUnavailable,
+    WorkerProcess,
+    worker_source,
+)
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +141,7 @@ class DockerBackend:
         mem = f"{self.config.docker_memory_mb}m"
         return self.client().containers.create(
             self.config.docker_image,
-            ["python3", "-I", "-S", "-c", worker_source(), "--isolated", *flags],
+            ["python3", *WORKER_FLAGS, "-c", worker_source(), "--isolated", *flags],
             name=name,
             stdin_open=True,  # with the SDK's defaults also StdinOnce: our socket closing ends the worker
             auto_remove=True,

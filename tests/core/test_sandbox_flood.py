@@ -68,7 +68,8 @@ def test_an_evaluation_answer_cannot_forge_its_verdict(backend):
     opened, its tests are not in the answer's memory, and an always-equal object crosses as a
     handle that equals nothing. Before, the answer's ``os.write(3, ...)`` was judged correct."""
     tally, escapes, leaks = _flood(backend, 1, lambda ctx: flood.dedicated_mix("forge_verdict", ctx))
-    assert dict(tally.hostile_statuses["forge_verdict"]) == {"error": 1}, tally.examples
+    statuses = tally.hostile_statuses["forge_verdict"]
+    assert sum(statuses.values()) == 1 and set(statuses) <= {"error", "timeout"}, tally.examples
     assert tally.own_results_forged == 0
     assert sum(tally.benign_wrong.values()) == 0, (tally.benign_wrong, tally.examples)
     assert not escapes, (escapes, tally.examples)

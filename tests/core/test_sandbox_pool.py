@@ -6,11 +6,13 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 
 from populora_core.config import SandboxConfig
+from populora_core.evaluation.candidate_process import program_prelude
 from populora_core.sandbox import Job, SandboxPool, SandboxUnavailable
 from populora_core.sandbox.backends import get_backend
 from populora_core.sandbox.base import SHM_MB, TMPFS_MB
@@ -159,6 +161,30 @@ def test_gold_values_of_known_programs(local_pool):
     # PYTHONHASHSEED=0 in every worker: set order is the same everywhere.
     again = [r.value for r in local_pool.run([jobs[3]] * 6)]
     assert set(again) == {values[3]}
+
+
+@pytest.mark.parametrize("backend", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+def test_every_worker_hashes_strings_with_seed_0(backend):
+    """Gold outputs and answers computed in different workers (or a judge and its answer's
+    process) iterate sets of strings alike. Under ``-I`` the interpreter ignored the seed."""
+    seeded = subprocess.run(
+        [sys.executable, "-c", "print(hash('populora'))"], env={"PYTHONHASHSEED": "0"}, capture_output=True, text=True
+    ).stdout.strip()
+    pool = start_pool(backend, workers=2)
+    try:
+        hashes = {r.value for r in pool.run([Job(code="", expr="hash('populora')")] * 8)}
+        apart = pool.run(
+            [
+                Job(
+                    code=program_prelude("x = hash('populora')\ndef f():\n    return x\n"),
+                    expr="_candidate.function('f')()",
+                )
+            ]
+        )
+    finally:
+        pool.close()
+    assert hashes == {seeded}
+    assert apart[0].value == seeded
 
 
 def test_missing_interpreter_raises_with_instructions():

@@ -9,6 +9,11 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import signal
+import subprocess
+import sys
+import time
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -56,6 +61,23 @@ def spin():
         pass
 def descriptors():
     return sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
+def lazy(n):
+    return (i * i for i in range(n))
+def exact(n):
+    import fractions
+    return fractions.Fraction(n, 3)
+def annotated(xs: List[int]) -> Optional[int]:  # noqa: F821 - names postponed, as in the worker
+    return max(xs, default=None)
+def stop():
+    raise StopIteration
+def stubborn(seconds):
+    import time
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            time.sleep(end - time.monotonic())
+        except BaseException:
+            pass
 """
 
 
@@ -109,6 +131,47 @@ def test_a_time_limit_is_kept_in_the_candidates_process(candidate):
     with pytest.raises(TimeoutError, match="time limit exceeded"):
         candidate.function("spin").timed(0.2)
     assert candidate.function("total")([]) == 0  # the process lives on
+
+
+def test_an_answer_that_swallows_its_time_limit_meets_the_judges(monkeypatch):
+    monkeypatch.setattr(cp, "_CP_WATCHDOG_SLACK_S", 0.5)
+    process = cp.CandidateProcess(CANDIDATE, OWN_SOURCE)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        process.function("stubborn").timed(0.2, 30)
+    assert time.monotonic() - started < 5
+    assert process._child.returncode is not None  # ended
+
+
+def test_what_tests_do_with_a_value_besides_comparing_it_works_on_objects_left_behind(candidate):
+    squares = candidate.function("lazy")(4)
+    assert isinstance(squares, cp._CandidateObject)
+    assert squares != [0, 1, 4, 9]  # a generator is no list, as in one process
+    assert tuple(squares) == (0, 1, 4, 9)
+    assert set(candidate.function("lazy")(3)) == {0, 1, 4}
+    assert candidate.function("exact")(2) == Fraction(2, 3)
+    assert type(candidate.function("exact")(2)) is Fraction
+
+
+def test_annotations_are_postponed_as_in_the_worker(candidate):
+    assert candidate.function("annotated")([3, 1]) == 3
+
+
+def test_a_stop_iteration_does_not_end_a_loop_of_the_judges(candidate):
+    stop = candidate.function("stop")
+    with pytest.raises(RuntimeError, match="StopIteration"):
+        all(map(lambda x: stop() == x, [1, 2]))
+
+
+def test_the_answer_cannot_interrupt_the_judge():
+    """SIGINT from the answer would raise KeyboardInterrupt in whatever judge code runs (into a
+    bare ``except:`` of a CRUXEval program): it ends the judge instead."""
+    judge = (
+        cp.program_prelude("import os, signal\ndef poke():\n    os.kill(os.getppid(), signal.SIGINT)\n")
+        + "try:\n    _candidate.function('poke')()\n    import time\n    time.sleep(2)\nexcept:\n    print('caught')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", judge], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGINT and "caught" not in done.stdout
 
 
 def test_the_candidate_holds_no_descriptor_but_its_stdio_and_pipes(candidate):
