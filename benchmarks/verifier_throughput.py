@@ -34,6 +34,7 @@ from pathlib import Path
 from populora_core.config import SandboxConfig
 from populora_core.sandbox import Job, SandboxPool, SandboxUnavailable
 from populora_core.sandbox.backends import find_system_python
+from populora_core.sandbox.base import WORKER_FLAGS
 
 TRIVIAL = "print(sum(range(100)))"
 
@@ -94,7 +95,7 @@ def measure_subprocess(n: int, concurrency: int = 2) -> float:
     python = find_system_python(None)
 
     def one(_: int) -> None:
-        subprocess.run([python, "-I", "-S", "-c", TRIVIAL], capture_output=True, check=True, timeout=30)
+        subprocess.run([python, *WORKER_FLAGS, "-c", TRIVIAL], capture_output=True, check=True, timeout=30)
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as ex:

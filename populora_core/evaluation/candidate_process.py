@@ -13,13 +13,14 @@ program, which then runs in the sandbox as two processes:
   ``__main__`` and then answers calls: the judge's ``_CandidateObject`` sends a call's
   arguments, the candidate returns the value or the exception.
 
-Values cross as pickles that name no class but a builtin type, ``Fraction`` or ``Decimal``
-(``_CpUnpickler``): None, bool, int, float, complex, str, bytes, bytearray, range, and lists,
-tuples, sets, frozensets and dicts of them; a subclass crosses as its base type (its own ``__eq__`` stays behind,
-``_cp_plain``). Anything else stays in the candidate's process and crosses as a handle
-(``_CandidateObject``) the judge can call or pass back (a class the tests construct, as some
-MBPP tests do), equal to nothing; read-only operations on it (``_CP_OPS``: iterating, ``len``,
-``float``...) run in the candidate's process. So the comparison is the judge's own ``==`` on
+Values cross as pickles that name no class but a builtin type (`candidate_wire.py`): None,
+bool, int, float, complex, str, bytes, bytearray, range, slice, and lists, tuples, sets,
+frozensets and dicts of them, and Fractions and Decimals by their parts; a subclass crosses
+as its base type (its own ``__eq__`` stays behind, ``_cp_plain``). Anything else stays in
+the candidate's process and crosses as a handle (``_CandidateObject``) the judge can call or
+pass back (a class the tests construct, as some MBPP tests do), equal to nothing; read-only
+operations on it (``_CP_OPS``: iterating, ``len``, ``float``...) run in the candidate's
+process, once each. So the comparison is the judge's own ``==`` on
 plain values: an answer cannot write the verdict, return an object equal to everything, or
 read the expected outputs. The judge ignores SIGPIPE and lets SIGINT end it, so the
 candidate's signals can only fail it. Exceptions cross by name: a builtin one is raised again
@@ -34,21 +35,23 @@ from __future__ import annotations
 import __future__ as _cp_future
 
 import builtins as _cp_builtins
-import decimal as _cp_decimal
-import fractions as _cp_fractions
 import operator as _cp_operator
 import os as _cp_os
-import pickle as _cp_pickle
 import signal as _cp_signal
 import subprocess as _cp_subprocess
 import sys as _cp_sys
+import time as _cp_time
+
+from populora_core.evaluation.candidate_wire import (  # pasted before this module in the sandbox
+    _CpChannel,
+)
 
 
 class _CandidateObject:
     """A value that stayed in the candidate's process: callable, and passed back as itself."""
 
     def __init__(self, process, handle: int) -> None:
-        self._process, self._handle = process, handle
+        self._process, self._handle, self._seen = process, handle, {}
 
     def __call__(self, *args, **kwargs):
         return self._process.call(self._handle, args, kwargs)
@@ -57,35 +60,48 @@ class _CandidateObject:
         """The call under a time limit (TimeoutError past it)."""
         return self._process.call(self._handle, args, {}, seconds)
 
+    def _op(self, op: str, *args):
+        """``op`` (``_CP_OPS``) on the value, run in the candidate's process under
+        ``_CP_OP_SECONDS``, once per (op, arguments): the value reads the same every time (a
+        ``__float__`` answering differently on each call could make a test's sum come out right)."""
+        key = (op, *args)
+        try:
+            return self._seen[key]
+        except TypeError:
+            key = None
+        except KeyError:
+            pass
+        value = self._process.call(self._handle, args, {}, _CP_OP_SECONDS, op)
+        if key is not None:
+            self._seen[key] = value
+        return value
+
     # What tests do with a value besides comparing it, done in the candidate's process by the
     # builtin that checks its result's type: ``tuple(answer)`` of a generator, ``len`` of a deque.
-    # ``==`` stays the judge's: identity.
+    # ``==`` stays the judge's (identity), and so does ``in`` (over ``__iter__``'s plain values).
     def __iter__(self):
-        return iter(self._process.call(self._handle, (), {}, op="iter"))
+        return iter(self._op("iter"))
 
     def __len__(self) -> int:
-        return self._process.call(self._handle, (), {}, op="len")
+        return self._op("len")
 
     def __bool__(self) -> bool:
-        return self._process.call(self._handle, (), {}, op="bool")
-
-    def __contains__(self, item) -> bool:
-        return self._process.call(self._handle, (item,), {}, op="contains")
+        return self._op("bool")
 
     def __getitem__(self, key):
-        return self._process.call(self._handle, (key,), {}, op="getitem")
+        return self._op("getitem", key)
 
     def __float__(self) -> float:
-        return self._process.call(self._handle, (), {}, op="float")
+        return self._op("float")
 
     def __int__(self) -> int:
-        return self._process.call(self._handle, (), {}, op="int")
+        return self._op("int")
 
     def __index__(self) -> int:
-        return self._process.call(self._handle, (), {}, op="index")
+        return self._op("index")
 
     def __str__(self) -> str:
-        return self._process.call(self._handle, (), {}, op="str")
+        return self._op("str")
 
     __hash__ = object.__hash__
     __eq__ = object.__eq__
@@ -94,137 +110,20 @@ class _CandidateObject:
         return f"<candidate object {self._handle}>"
 
 
-_CP_TYPES = (
-    "list",
-    "tuple",
-    "dict",
-    "set",
-    "frozenset",
-    "int",
-    "float",
-    "complex",
-    "str",
-    "bytes",
-    "bytearray",
-    "range",
-)
-_CP_HANDLE = "\x00candidate-object"
-_CP_NUMBERS = {("fractions", "Fraction"): _cp_fractions.Fraction, ("decimal", "Decimal"): _cp_decimal.Decimal}
+_CP_OP_SECONDS = 10.0
+"""The time limit of a read-only operation on a handle (``_CP_OPS``: ``list()`` of a generator)."""
+_CP_FLAGS = ("-s", "-S", "-P")
+"""The answer's interpreter flags: the sandbox worker's (``sandbox.base.WORKER_FLAGS``)."""
 _CP_OPS = {
     "iter": list,
     "len": len,
     "bool": bool,
-    "contains": lambda obj, item: item in obj,
     "getitem": lambda obj, key: obj[key],
     "float": float,
     "int": int,
     "index": _cp_operator.index,
     "str": str,
 }
-
-
-def _cp_plain(obj, handle_of):
-    """How ``obj`` crosses (a pickle reduction), or NotImplemented for what pickle's C code
-    writes itself (exact builtin values); a subclass as its base type, anything else as
-    ``(_CP_HANDLE, n)`` with ``n = handle_of(obj)``."""
-    kind = type(obj)
-    if kind is complex:
-        return complex, (obj.real, obj.imag)
-    if kind is range:
-        return range, (obj.start, obj.stop, obj.step)
-    if isinstance(obj, _cp_fractions.Fraction):
-        return _cp_fractions.Fraction, (int(obj.numerator), int(obj.denominator))
-    if isinstance(obj, _cp_decimal.Decimal):
-        return _cp_decimal.Decimal, (_cp_decimal.Decimal.__str__(obj),)
-    if obj is None or kind in (bool, int, float, str, bytes, bytearray, list, tuple, dict, set, frozenset):
-        return NotImplemented
-    if kind is type and obj.__name__ in _CP_TYPES and getattr(_cp_builtins, obj.__name__) is obj:
-        return NotImplemented  # a reduction's own callable: pickled by name
-    if obj is _cp_fractions.Fraction or obj is _cp_decimal.Decimal:
-        return NotImplemented
-    if isinstance(obj, _CandidateObject):
-        return tuple, ((_CP_HANDLE, obj._handle),)
-    for base, value in (
-        (dict, lambda: list(dict.items(obj))),
-        (list, lambda: list.copy(obj)),
-        (tuple, lambda: list(tuple.__iter__(obj))),
-        (frozenset, lambda: list(frozenset.__iter__(obj))),
-        (set, lambda: list(set.__iter__(obj))),
-        (str, lambda: str.__str__(obj)),
-        (bytes, lambda: bytes.__bytes__(obj)),
-        (bytearray, lambda: bytes(memoryview(obj))),
-        (int, lambda: int.__int__(obj)),
-        (float, lambda: float.__float__(obj)),
-        (complex, lambda: complex.__complex__(obj)),
-    ):
-        if isinstance(obj, base):
-            return base, (value(),)
-    return tuple, ((_CP_HANDLE, handle_of(obj)),)
-
-
-class _CpPickler(_cp_pickle.Pickler):
-    def __init__(self, file, handle_of) -> None:
-        super().__init__(file, protocol=5)
-        self.handle_of, self.handles = handle_of, 0
-
-    def reducer_override(self, obj):
-        reduced = _cp_plain(obj, self.handle_of)
-        if reduced is not NotImplemented and reduced[0] is tuple and reduced[1][0][:1] == (_CP_HANDLE,):
-            self.handles += 1
-        return reduced
-
-
-class _CpUnpickler(_cp_pickle.Unpickler):
-    """Builds only builtin values: any other class or function a message names is refused."""
-
-    def find_class(self, module, name):
-        if module == "builtins" and name in _CP_TYPES:
-            return getattr(_cp_builtins, name)
-        if (module, name) in _CP_NUMBERS:
-            return _CP_NUMBERS[(module, name)]
-        raise _cp_pickle.UnpicklingError(f"a message may not name {module}.{name}")
-
-
-def _cp_resolve(value, object_of):
-    """``value`` with every ``(_CP_HANDLE, n)`` tuple replaced by ``object_of(n)``."""
-    kind = type(value)
-    if kind is tuple:
-        if len(value) == 2 and value[0] == _CP_HANDLE:
-            return object_of(value[1])
-        return tuple(_cp_resolve(v, object_of) for v in value)
-    if kind is list:
-        return [_cp_resolve(v, object_of) for v in value]
-    if kind is dict:
-        return {_cp_resolve(k, object_of): _cp_resolve(v, object_of) for k, v in value.items()}
-    if kind in (set, frozenset):
-        return kind(_cp_resolve(v, object_of) for v in value)
-    return value
-
-
-class _CpChannel:
-    """One end of the pipes: messages are pickles (streamed, in 64 KiB frames), each followed by
-    a line counting the handles in it."""
-
-    def __init__(self, read_fd: int, write_fd: int) -> None:
-        self.reader = open(read_fd, "rb", closefd=False)  # noqa: SIM115 - lives as long as the process
-        self.writer = open(write_fd, "wb", closefd=False)  # noqa: SIM115
-
-    def send(self, message: dict, handle_of) -> None:
-        pickler = _CpPickler(self.writer, handle_of)
-        pickler.dump(message)
-        self.writer.write(b"%d\n" % pickler.handles)
-        self.writer.flush()
-
-    def receive(self, object_of):
-        """The next message (None at end of file), its handles resolved by ``object_of``."""
-        try:
-            message = _CpUnpickler(self.reader).load()
-        except EOFError:
-            return None
-        handles = self.reader.readline()
-        if not handles.endswith(b"\n"):
-            return None
-        return _cp_resolve(message, object_of) if int(handles) else message
 
 
 class _CpTimeout(Exception):
@@ -302,8 +201,8 @@ def _cp_reply(channel: _CpChannel, reply: dict, handle_of) -> None:
 
 
 _CP_WATCHDOG_FACTOR, _CP_WATCHDOG_SLACK_S = 2.0, 10.0
-"""A timed call's reply must start within ``2 x seconds + 10 s`` in the judge's own clock, even
-if the answer swallows or blocks its process's alarm; the slack is for moving a large value."""
+"""A timed call's whole reply must arrive within ``2 x seconds + 10 s`` in the judge's own clock,
+even if the answer swallows or blocks its process's alarm; the slack is for moving a large value."""
 _CP_NOT_MIRRORED = (StopIteration, StopAsyncIteration, GeneratorExit)
 """Exceptions that would end a loop of the judge's silently, raised as RuntimeError instead."""
 
@@ -334,14 +233,14 @@ class CandidateProcess:
         self._child = _cp_subprocess.Popen(
             # the worker's flags: no user site or site, no script directory, and (unlike -I) the
             # environment's PYTHONHASHSEED=0, so sets iterate as in the judge
-            [_cp_sys.executable, "-s", "-S", "-P", "-c", bootstrap],
+            [_cp_sys.executable, *_CP_FLAGS, "-c", bootstrap],
             stdin=_cp_subprocess.DEVNULL,
             pass_fds=(to_candidate, from_candidate),
             close_fds=True,
         )
         _cp_os.close(to_candidate)
         _cp_os.close(from_candidate)
-        self._channel = _CpChannel(replies, requests)
+        self._channel = _CpChannel(replies, requests, _CandidateObject)
         names = self._exchange({"source": source, "recursion_limit": _cp_sys.getrecursionlimit()})
         self.names = frozenset(str(n) for n in names)
 
@@ -360,12 +259,15 @@ class CandidateProcess:
         if not seconds:
             return self._exchange(message)
         previous = _cp_signal.signal(_cp_signal.SIGALRM, _cp_watchdog)
-        _cp_signal.setitimer(_cp_signal.ITIMER_REAL, _CP_WATCHDOG_FACTOR * seconds + _CP_WATCHDOG_SLACK_S)
+        outer, _ = _cp_signal.setitimer(_cp_signal.ITIMER_REAL, _CP_WATCHDOG_FACTOR * seconds + _CP_WATCHDOG_SLACK_S)
+        started = _cp_time.monotonic()
         try:
             return self._exchange(message)
         finally:
             _cp_signal.setitimer(_cp_signal.ITIMER_REAL, 0)
             _cp_signal.signal(_cp_signal.SIGALRM, previous)
+            if outer:  # a caller's own timer, less the time spent here
+                _cp_signal.setitimer(_cp_signal.ITIMER_REAL, max(outer - (_cp_time.monotonic() - started), 1e-3))
 
     @staticmethod
     def _refuse(value) -> int:
@@ -376,8 +278,9 @@ class CandidateProcess:
         anything that interrupts the exchange (a time limit's alarm) ends the candidate."""
         if self._child.returncode is not None:
             raise RuntimeError("the candidate's process has ended")
+        payload = self._channel.pack(message, self._refuse)  # a value that cannot cross: the process goes on
         try:
-            self._channel.send(message, self._refuse)
+            self._channel.write(payload)
             reply = self._channel.receive(lambda handle: _CandidateObject(self, handle))
         except (BrokenPipeError, EOFError):
             reply = None
@@ -409,12 +312,17 @@ class CandidateProcess:
 
 
 def module_source() -> str:
-    """This module's definitions as the judged program and the candidate's process run them
-    (a ``__future__`` import is legal only at a program's top, so it is left out)."""
+    """The wire's definitions and this module's, as the judged program and the answer's
+    process run them (a ``__future__`` import is legal only at a program's top; the import of
+    the wire is the pasted wire itself)."""
     from pathlib import Path
 
-    own = Path(__file__).read_text().replace("from __future__ import annotations\n", "")
-    return own[: own.index("\n# The host's side")]
+    wire = (Path(__file__).parent / "candidate_wire.py").read_text()
+    own = Path(__file__).read_text()
+    own = own[: own.index("\n# The host's side")]
+    start = own.index("from populora_core.evaluation.candidate_wire import (")
+    own = own[:start] + own[own.index(")\n", start) + 2 :]
+    return f"{wire}\n{own}".replace("from __future__ import annotations\n", "")
 
 
 def program_prelude(candidate_source: str) -> str:

@@ -27,7 +27,7 @@ class SandboxUnavailable(RuntimeError):
 
 
 def worker_source() -> str:
-    """The program every backend runs with ``python -I -S -c``.
+    """The program every backend runs with ``python -s -S -P -c`` (``WORKER_FLAGS``).
 
     The worker needs jail.py beside it and nothing of this package is
     installed inside the isolation, so the program carries both sources:

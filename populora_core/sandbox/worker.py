@@ -356,10 +356,10 @@ def main(argv: list[str]) -> int:
     if isolated and os.getuid() == 0:
         print("worker: --isolated refuses to run as root", file=sys.stderr)
         return 2
-    if os.environ.get("PYTHONHASHSEED") != "0":
-        # A fixed hash seed makes set orders the same in every worker, so gold
-        # outputs and answers agree; the backend must start us with it.
-        print("worker: start me with PYTHONHASHSEED=0", file=sys.stderr)
+    if os.environ.get("PYTHONHASHSEED") != "0" or sys.flags.hash_randomization:
+        # A fixed hash seed makes set orders the same in every worker, so gold outputs and
+        # answers agree; -I or -E would ignore it (sandbox.base.WORKER_FLAGS).
+        print("worker: start me with PYTHONHASHSEED=0, and without -I or -E", file=sys.stderr)
         return 2
     _prctl(PR_SET_DUMPABLE, 0)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)

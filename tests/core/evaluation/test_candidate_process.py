@@ -6,6 +6,7 @@ the process that writes the verdict)."""
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import pickle
@@ -20,9 +21,11 @@ import pytest
 
 import populora_core.evaluation.candidate_process as cp
 from populora_core.evaluation.benchmarks import load_benchmark
+from populora_core.evaluation.candidate_wire import _CpUnpickler
 from populora_core.evaluation.code_suites import _mbpp_judge_part
 from populora_core.evaluation.livecodebench import load_livecodebench
 from populora_core.evaluation.pass_at_1 import judge_answers
+from populora_core.sandbox.base import WORKER_FLAGS
 from tests.core.evaluation.conftest import DATA, code_answer
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -70,6 +73,26 @@ def annotated(xs: List[int]) -> Optional[int]:  # noqa: F821 - names postponed, 
     return max(xs, default=None)
 def stop():
     raise StopIteration
+class Drifting:
+    calls = 0
+    def __float__(self):
+        Drifting.calls += 1
+        return float(Drifting.calls)
+class AllIn:
+    def __contains__(self, item):
+        return True
+    def __iter__(self):
+        return iter([])
+class Seq:
+    def __getitem__(self, key):
+        return list(range(10))[key]
+def make(kind):
+    return {"drifting": Drifting, "all_in": AllIn, "seq": Seq}[kind]()
+def endless():
+    import time
+    while True:
+        time.sleep(0.01)
+        yield 1
 def stubborn(seconds):
     import time
     end = time.monotonic() + seconds
@@ -153,6 +176,34 @@ def test_what_tests_do_with_a_value_besides_comparing_it_works_on_objects_left_b
     assert type(candidate.function("exact")(2)) is Fraction
 
 
+def test_a_value_left_behind_reads_the_same_every_time(candidate):
+    """A ``__float__`` answering anew on each call could make a test's sum of powers (HumanEval/32's
+    ``poly``) come out zero."""
+    drifting = candidate.function("make")("drifting")
+    assert float(drifting) == float(drifting) == 1.0
+
+
+def test_membership_is_the_judges_over_plain_values(candidate):
+    assert 12345 not in candidate.function("make")("all_in")
+
+
+def test_a_value_that_cannot_cross_leaves_the_answers_process_running(candidate):
+    with pytest.raises(TypeError, match="cannot pass a function"):
+        candidate.function("total")(lambda: 0)
+    assert candidate.function("make")("seq")[2:4] == [2, 3]  # a slice crosses
+
+
+def test_an_operation_on_an_endless_value_meets_its_time_limit(candidate, monkeypatch):
+    monkeypatch.setattr(cp, "_CP_OP_SECONDS", 0.3)
+    with pytest.raises(TimeoutError):
+        list(candidate.function("endless")())
+    assert candidate.function("total")([]) == 0
+
+
+def test_the_answer_runs_under_the_sandbox_workers_flags():
+    assert cp._CP_FLAGS == WORKER_FLAGS
+
+
 def test_annotations_are_postponed_as_in_the_worker(candidate):
     assert candidate.function("annotated")([3, 1]) == 3
 
@@ -190,9 +241,9 @@ def test_a_message_naming_any_callable_but_a_builtin_type_is_refused(tmp_path):
         def __reduce__(self):
             return os.system, (f"touch {target}",)
 
-    for message in (pickle.dumps(Payload()), pickle.dumps(Path("x"))):
+    for message in (pickle.dumps(Payload()), pickle.dumps(Path("x")), pickle.dumps(Fraction(1, 2))):
         with pytest.raises(pickle.UnpicklingError, match="may not name"):
-            cp._CpUnpickler(__import__("io").BytesIO(message)).load()
+            _CpUnpickler(io.BytesIO(message)).load()
     assert not target.exists()
 
 
