@@ -1,11 +1,11 @@
-"""EvalPlus's differential test, run inside the sandbox after the candidate's code.
+"""EvalPlus's differential test, run inside the sandbox by the judged program; the candidate
+is the answer's process (``candidate_process.py``), which keeps each input's time limit.
 
 Standard library only: ``harness_source()`` pastes this module's source into the
 judged program (the sandbox's interpreter has no numpy and no site-packages).
 Semantics follow EvalPlus (evalplus/eval, v0.2-v0.3): every base and plus input is
-given to the canonical solution and to the candidate (each a deep copy; the
-candidate has max(1 s, 4 x the reference's time) per input, EvalPlus's defaults);
-outputs
+given to the canonical solution (a deep copy) and to the candidate (a copy, sent to its
+process; it has max(1 s, 4 x the reference's time) per input, EvalPlus's defaults); outputs
 match when equal, or with floats within ``atol`` (raised to 1e-6 once a float
 output is seen, then kept), ``np.allclose``'s rtol 1e-7 and the same type; plus
 EvalPlus's special oracles (MBPP+ set-valued and not-None outputs, Mbpp/164, 295,
@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy as _evalplus_copy
 import json as _evalplus_json
 import math as _evalplus_math
-import signal as _evalplus_signal
 import time as _evalplus_time
 
 _EVALPLUS_MIN_SECONDS = 1.0
@@ -145,25 +144,6 @@ def _evalplus_exact(dataset: str, entry: str, args: list, out, exp, atol: float)
     return exact
 
 
-class _EvalplusTimeout(Exception):
-    pass
-
-
-def _evalplus_alarm(signum, frame):
-    raise _EvalplusTimeout("time limit exceeded")
-
-
-def _evalplus_timed(candidate, args: list, seconds: float):
-    if hasattr(candidate, "timed"):  # the candidate's own process keeps the limit (candidate_process.py)
-        return candidate.timed(seconds, *args)
-    _evalplus_signal.signal(_evalplus_signal.SIGALRM, _evalplus_alarm)
-    _evalplus_signal.setitimer(_evalplus_signal.ITIMER_REAL, seconds)
-    try:
-        return candidate(*_evalplus_copy.deepcopy(args))
-    finally:
-        _evalplus_signal.setitimer(_evalplus_signal.ITIMER_REAL, 0)
-
-
 def _evalplus_check(
     dataset: str, entry: str, candidate, reference: str, inputs_json: str, atol, task: int, base_count: int = 0
 ) -> bool:
@@ -181,7 +161,7 @@ def _evalplus_check(
         limit = max(_EVALPLUS_MIN_SECONDS, _EVALPLUS_TIME_FACTOR * (_evalplus_time.perf_counter() - start))
         if dataset == "mbpp" and entry in _EVALPLUS_NOT_NONE:
             exp = exp is not None
-        out = _evalplus_timed(candidate, args, limit)
+        out = candidate.timed(limit, *args)  # the answer's process keeps the limit (candidate_process.py)
         if dataset == "humaneval" and entry == "find_zero":
             assert abs(_evalplus_poly(*args, out)) <= atol, (failure, args, out)
             continue

@@ -178,7 +178,7 @@ def run_class(result: Result) -> str:
     tagged = _TAGGED.match(error)
     if tagged:
         return tagged.group(1)
-    if error.startswith(("_EvalplusTimeout", "TimeoutError")):
+    if error.startswith("TimeoutError"):
         return "timeout"
     if error.startswith(("SyntaxError", "IndentationError", "TabError")):
         return "syntax_error"  # a CRUXEval literal (code answers were parsed on the host)
