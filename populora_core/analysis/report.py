@@ -36,6 +36,7 @@ from populora_core.analysis.data import (
 from populora_core.analysis.plots import DRAW
 from populora_core.evaluation.items import PROTOCOLS
 from populora_core.population.evolution import OPERATOR_NAMES
+from populora_core.population.replacement import hall_entry_adapter
 
 PLOTS: tuple[str, ...] = tuple(DRAW)
 """Every plot the report draws (file ``<name>.png``)."""
@@ -82,14 +83,15 @@ def _complexity_table(heads: Sequence[dict]) -> list[str]:
 
 
 def lineage_tree(data: RunData) -> list[str]:
-    """Every adapter as a nested Markdown list: children under their (first) parent, the
+    """Every adapter as a nested Markdown list: children under their (first) parent (the
+    adapter a hall-of-fame parent was taken from), the
     operator (id and name) and generation on the edge, when each was replaced."""
     pop = data.population.drop_duplicates("adapter_id", keep="first").set_index("adapter_id")
     replaced = {r.replaced_id: r.generation for r in data["lineage"].itertuples(index=False)}
     children: dict[str, list[str]] = {}
     for adapter_id, row in pop.iterrows():
         if len(row["parents"]):
-            children.setdefault(row["parents"][0], []).append(adapter_id)
+            children.setdefault(hall_entry_adapter(row["parents"][0]), []).append(adapter_id)
 
     def node(adapter_id: str, depth: int) -> list[str]:
         row = pop.loc[adapter_id]

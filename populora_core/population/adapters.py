@@ -43,6 +43,10 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 OPTIMIZER_STATE = "optimizer.pt"
 POPULATION_ARTIFACT = "population"
 POPULATION_TABLE = f"{POPULATION_ARTIFACT}.parquet"
+HALL_ARTIFACT = "hall"
+HALL_DIR = "hall"
+"""A snapshot's hall of fame (``population.replacement.next_hall``): ``hall.parquet`` beside
+population.parquet (the same columns, one row per entry) and ``hall/<entry id>/`` weights."""
 PEFT_PREFIX = "base_model.model."
 
 
@@ -255,6 +259,7 @@ def save_population(
     base_model: str = "",
     link_from: Path | None = None,
     run_id: str | None = None,
+    hall: Mapping[Member, Path] | None = None,
 ) -> Path:
     """Writes one generation's snapshot into ``directory`` atomically (replacing an older
     one); returns it.
@@ -265,6 +270,8 @@ def save_population(
     (evolution's children) are written.
     ``run_id`` stamps population.parquet; by default the run directory's name, as a
     snapshot lives at ``<run>/population/gen_NNNN``.
+    ``hall``: the hall of fame, each entry with the adapter directory its weights are
+    hard-linked from (no optimizer state); none: no hall.parquet.
     """
     run_id = run_id if run_id is not None else Path(directory).absolute().parent.parent.name
 
@@ -279,5 +286,18 @@ def save_population(
             else:
                 save_adapter(adapters[m.adapter_id], tmp / m.adapter_id, base_model)
         write_artifact(members_frame(members), tmp, POPULATION_ARTIFACT, run_id=run_id, generation=generation)
+        if hall is not None:
+            for entry, source in hall.items():
+                tmp.joinpath(HALL_DIR, entry.adapter_id).mkdir(parents=True)
+                for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
+                    link_tree(Path(source) / name, tmp / HALL_DIR / entry.adapter_id / name)
+            write_artifact(members_frame(list(hall)), tmp, HALL_ARTIFACT, run_id=run_id, generation=generation)
 
     return write_dir_atomic(Path(directory), fill, replace=True)
+
+
+def load_hall(directory: Path) -> list[Member]:
+    """The hall of fame of the snapshot ``directory`` (empty before the first round, or in a
+    snapshot written before halls existed)."""
+    path = Path(directory) / f"{HALL_ARTIFACT}.parquet"
+    return members_from_frame(pd.read_parquet(path)) if path.is_file() else []

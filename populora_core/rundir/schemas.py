@@ -176,20 +176,23 @@ SCHEMAS: dict[str, pa.Schema] = {
 }
 """Payload columns of every artifact; ``run_id``, ``generation``, ``schema_version`` are added."""
 
+_MEMBERS = pa.schema(
+    [
+        ("adapter_id", _STR),
+        ("role", _STR),
+        ("roles", _STRS),
+        ("birth_generation", _I32),
+        ("parents", _STRS),
+        ("operator", _STR),
+        ("mu", _F64),
+        ("sigma", _F64),
+        ("conservative", _F64),
+    ]
+)
+
 RUN_SCHEMAS: dict[str, pa.Schema] = {
-    "population": pa.schema(
-        [
-            ("adapter_id", _STR),
-            ("role", _STR),
-            ("roles", _STRS),
-            ("birth_generation", _I32),
-            ("parents", _STRS),
-            ("operator", _STR),
-            ("mu", _F64),
-            ("sigma", _F64),
-            ("conservative", _F64),
-        ]
-    ),
+    "population": _MEMBERS,
+    "hall": _MEMBERS,  # population/gen_NNNN/hall.parquet: the hall of fame, past snapshots
     "cvt_centroids": pa.schema([(name, _F64) for name in DESCRIPTOR_NAMES]),
 }
 """Tables no stage writes: ``population/gen_NNNN/population.parquet`` (``generation`` is the

@@ -11,6 +11,7 @@ from populora_core.config import RunConfig
 from populora_core.metrics.complexity import METRIC_NAMES
 from populora_core.metrics.coverage import coverage
 from populora_core.population.adapters import Member
+from populora_core.population.replacement import is_hall_entry
 from populora_core.rundir.artifacts import columns
 from populora_core.stages.play import teachers
 
@@ -40,13 +41,13 @@ def next_buffers(
     generation: int,
 ) -> pd.DataFrame:
     """Each teacher's buffer after this generation: its fresh valid problems appended
-    (newest kept, at most ``budget.buffer_size``); a child teacher starts from its
-    first parent's buffer."""
+    (newest kept, at most ``budget.buffer_size``); a child teacher starts from the buffer of
+    its first parent that is a member (not a hall-of-fame entry, ``<id>@g<generation>``)."""
     fresh = problems[(problems["source"] == "fresh") & problems["valid"]]
     added = fresh[["teacher_id", *[c for c in columns("buffers") if c not in ("teacher_id", "added_generation")]]]
     frame = pd.concat([buffers, added.assign(added_generation=generation)], ignore_index=True)
     frame = frame.drop_duplicates(["teacher_id", "problem_id"], keep="last")
-    parents = {r.child_id: next(iter(r.parents)) for r in lineage.itertuples(index=False)}
+    parents = {r.child_id: next(p for p in r.parents if not is_hall_entry(p)) for r in lineage.itertuples(index=False)}
     parts = []
     for m in teachers(next_members):
         src = parents.get(m.adapter_id, m.adapter_id)

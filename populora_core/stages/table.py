@@ -77,7 +77,7 @@ TABLE: tuple[Stage, ...] = (
     Stage(
         "evolve",
         "evolve.evolve",
-        ("members", "updated_dir", "ratings", "next_members_dir"),
+        ("members", "members_dir", "updated_dir", "ratings", "next_members_dir"),
         ("lineage",),
         dirs=("next_members_dir",),
     ),

@@ -13,6 +13,8 @@ import pandas as pd
 import pytest
 
 from populora_core.config import load_config
+from populora_core.population.adapters import load_hall, members_from_frame
+from populora_core.population.replacement import in_grace
 from populora_core.rundir.artifacts import (
     SUCCESS,
     artifact_path,
@@ -22,6 +24,7 @@ from populora_core.rundir.artifacts import (
     schema_difference,
 )
 from populora_core.rundir.run import RunDir
+from populora_core.stages.evolve import rated as rated_members
 from populora_core.stages.table import TABLE, get_stage, stage_names
 from tests.flows.conftest import GENERATIONS, TRAIN, assert_same_run, members, populora, prefect_runs, still_running
 
@@ -65,11 +68,20 @@ def test_every_artifact_is_present_schema_valid_and_consistent(reference_run):
         # every teacher proposed; every pairing's student has work
         assert set(a["proposals"]["teacher_id"]) == set(now.loc[now["role"] == "teacher", "adapter_id"])
         assert set(a["rollouts"]["student_id"]) == set(a["pairings"]["student_id"])
-        # evolution at k=1: lineage parents existed, children are in the next population
-        assert len(a["lineage"]) >= 1
+        # evolution at k=1: lineage parents existed (members, or hall-of-fame snapshots of earlier
+        # members), children are in the next population; a role culls nobody only when its weakest
+        # member is a child in its grace round
+        hall = {h.adapter_id for h in load_hall(run.members_dir(g))}
         for row in a["lineage"].itertuples():
-            assert set(row.parents) <= ids and row.replaced_id in ids
+            assert set(row.parents) <= ids | hall and row.replaced_id in ids
             assert row.child_id in set(nxt["adapter_id"]) and row.replaced_id not in set(nxt["adapter_id"])
+        config = run.config()
+        rated = rated_members(members_from_frame(now), a["ratings"])
+        for role in ("teacher", "student"):
+            if role not in set(a["lineage"]["role"]):
+                weakest = min((m for m in rated if m.role == role), key=lambda m: (m.conservative, m.adapter_id))
+                assert in_grace(weakest, g, config.evolution), (g, role)
+        assert {h.role for h in load_hall(run.members_dir(g + 1))} == {"teacher", "student"}
         assert set(a["buffers"]["teacher_id"]) == set(nxt.loc[nxt["role"] == "teacher", "adapter_id"])
         for adapter_id in nxt["adapter_id"]:
             assert (run.members_dir(g + 1) / adapter_id / "adapter_model.safetensors").is_file()
@@ -258,7 +270,7 @@ def test_single_agent_baseline_runs_through_the_flow_compute_matched(reference_r
     assert len(read_artifact(run.gen(0), "proposals")) == per_teacher.iloc[0] == per_teacher.max()
     config = load_config(preset="cpu-tiny-baseline")
     rollouts = read_artifact(run.gen(0), "rollouts")
-    assert len(rollouts) >= config.play_budget.problems_per_match * config.budget.samples_per_problem
+    assert len(rollouts) >= config.budget.problems_per_match * config.budget.samples_per_problem
     metrics = read_artifact(run.gen(0), "train_metrics")
     assert list(metrics["adapter_id"]) == [agent] and metrics["steps"].max() <= 1  # one update per generation
     rewards = read_artifact(run.gen(0), "rewards")

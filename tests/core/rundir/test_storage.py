@@ -179,6 +179,6 @@ def test_only_pruned_weights_stop_a_stage(run):
     prune(run, keep_last=1, keep_every=0)
     with pytest.raises(PrunedSnapshot, match="gen_0001"):
         require_weights(run, 1, get_stage("update"), "x")
-    with pytest.raises(PrunedSnapshot, match="gen_0002"):
-        require_weights(run, 1, get_stage("evolve"), "x")  # its updated/ went with snapshot 2
+    with pytest.raises(PrunedSnapshot, match="gen_0001"):
+        require_weights(run, 1, get_stage("evolve"), "x")  # its hall of fame (and updated/ went with snapshot 2)
     require_weights(run, 1, get_stage("pair"), "x")
