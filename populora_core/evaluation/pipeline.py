@@ -68,7 +68,9 @@ def settings_key(data_dir: Path, limit: int | None, max_new_tokens: int, include
     """Names a part by what it depends on, so other settings (or other data) never reuse it;
     the chunk size too, as it decides which completions share a batch."""
     data = hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:8]
-    return f"n{limit or 'all'}-t{max_new_tokens}-{'base' if include_base else 'nobase'}-c{chunk}-d{data}"
+    # "-trained": the members as their last update left them (RunDir.trained_adapter_dirs);
+    # parts without it served the snapshot, evolution's untrained children included
+    return f"n{limit or 'all'}-t{max_new_tokens}-{'base' if include_base else 'nobase'}-c{chunk}-d{data}-trained"
 
 
 def _adapter_by_adapter(results: pd.DataFrame) -> pd.DataFrame:
@@ -102,7 +104,8 @@ def evaluate_benchmark(
     chunk: int | None = None,
     protocol: str = "standard",
 ) -> dict:
-    """Greedy pass@1 completions of the snapshot's adapters (and the base model) on one
+    """Greedy pass@1 completions of the trained population that generation ``generation``
+    starts from (``RunDir.trained_adapter_dirs``) and of the base model on one
     benchmark, judged (code in the sandbox), at most ``max_new_tokens`` tokens each (None:
     the benchmark's default), ``chunk`` items at a time (None: ``chunk_items``), each chunk
     kept until the part is whole, asked under ``protocol`` (``items.PROTOCOLS``); returns
@@ -111,7 +114,7 @@ def evaluate_benchmark(
 
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()  # evaluation.datasets
     max_new_tokens = max_new_tokens or default_max_new_tokens(benchmark)
-    served = run.adapter_dirs(generation)
+    served = run.trained_adapter_dirs(generation)  # not evolution's untrained children
     adapters = [*([BASE] if include_base else []), *served]
     chunk = chunk or chunk_items(len(adapters))
     key = settings_key(data_dir, limit, max_new_tokens, include_base, chunk)

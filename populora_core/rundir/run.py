@@ -163,6 +163,18 @@ class RunDir(RunLayout):
         require_snapshot(self, generation, "serving the adapters")
         return {m.adapter_id: self.members_dir(generation) / m.adapter_id for m in self.members(generation)}
 
+    def trained_adapter_dirs(self, generation: int) -> dict[str, Path]:
+        """Adapter id → directory of every member of the population that generation ``generation``
+        starts from, as it left its last update: for ``generation`` ≥ 1 the members of snapshot
+        ``generation − 1`` after that generation's update (``gen_NNNN/updated/``), so a child
+        evolution made after it (never trained) is not among them; snapshot 0 as it starts.
+        What held-out evaluation serves: the trained population."""
+        if generation == 0:
+            return self.adapter_dirs(0)
+        require_snapshot(self, generation, "serving the trained adapters")
+        before, updated = generation - 1, self.updated(generation - 1)
+        return {m.adapter_id: updated / m.adapter_id for m in self.members(before)}
+
     def centroids(self) -> np.ndarray:
         """The run's CVT centroids (``cvt_centroids.parquet``), computed once from the run seed,
         with the descriptor calibration they are used with (``cvt_calibration.json``)."""

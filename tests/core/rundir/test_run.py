@@ -94,3 +94,29 @@ def test_create_and_list_remove_what_killed_builds_left_but_not_a_build_in_progr
     _age(building, STALE_BUILD_S + 60)
     assert [r.root for r in list_runs(runs)] == [run.root]
     assert sorted(p.name for p in runs.iterdir()) == ["r1"]
+
+
+def test_evaluation_serves_the_trained_population_not_evolutions_new_children(tmp_path, local_model):
+    """After an evolution round the next snapshot holds children never trained; held-out
+    evaluation serves the members as their last update left them (gen_N/updated/)."""
+    from populora_core.population.adapters import Member, load_adapter, save_adapter, save_population
+
+    config = load_config(preset="cpu-tiny", overrides=[f"model.name={local_model}"])
+    run = create_run(tmp_path / "runs", config, run_id="r1")
+    members = run.members(0)
+    adapters = {m.adapter_id: load_adapter(run.members_dir(0) / m.adapter_id) for m in members}
+    for m in members:
+        save_adapter(adapters[m.adapter_id], run.updated(0) / m.adapter_id)
+    culled, child = members[0], f"{members[0].role}-g0001-0"
+    nxt = [
+        m if m is not culled else Member(child, m.role, 1, m.mu, m.sigma, (members[1].adapter_id,), "M4")
+        for m in members
+    ]
+    save_population(
+        run.members_dir(1), 1, nxt, {**adapters, child: adapters[culled.adapter_id]}, link_from=run.updated(0)
+    )
+    served = run.trained_adapter_dirs(1)
+    assert child in run.adapter_dirs(1) and child not in served
+    assert set(served) == {m.adapter_id for m in members}
+    assert all(path.parent == run.updated(0) for path in served.values())
+    assert run.trained_adapter_dirs(0) == run.adapter_dirs(0)
