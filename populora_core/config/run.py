@@ -134,14 +134,20 @@ class BaselineConfig(_Frozen):
     """How the single-agent baseline (`population.single_agent`) is compute-matched."""
 
     matching: Literal["per_adapter", "total"] = "per_adapter"
-    """`per_adapter` (the PopuLoRA paper): the baseline proposes as many problems as one
-    teacher, solves as many as one student and takes one update per generation like any
+    """`per_adapter` (the PopuLoRA paper's abstract, and the definition every claim and cost
+    figure of this project uses unless it names `total`): the baseline proposes as many problems
+    as one teacher, solves as many as one student and takes one update per generation like any
     member. `total`: it spends the whole matched population's budget: proposals ×
-    `matched_teachers`, problems × `matched_students`, minibatches × (teachers + students)."""
+    `matched_teachers`, problems × `matched_students`, minibatches × (teachers + students).
+    Resolved once, when the configuration loads: `budget` and `grpo` then hold the matched
+    values, so no stage can read an unmatched one (`RunConfig._match_budget`)."""
     matched_teachers: int = Field(4, ge=1)
     """`total`: teachers of the population the baseline is compared with."""
     matched_students: int = Field(4, ge=1)
     """`total`: students of the population the baseline is compared with."""
+    resolved: bool = False
+    """Set by loading: `budget` and `grpo` already hold the `total`-matched values (a stored
+    run configuration is never scaled twice). Not a setting to write by hand."""
 
 
 class StorageConfig(_Frozen):
@@ -246,32 +252,36 @@ class RunConfig(_Frozen):
     tracking: TrackingConfig = TrackingConfig()
     cluster: ClusterConfig = ClusterConfig()
 
-    @property
-    def _total_matched(self) -> bool:
-        return self.population.single_agent and self.baseline.matching == "total"
-
-    @property
-    def play_budget(self) -> BudgetConfig:
-        """The budget the stages spend: ``budget``, scaled to the matched population for a
-        single-agent baseline under ``baseline.matching: total``."""
-        if not self._total_matched:
-            return self.budget
-        b = self.baseline
-        return self.budget.model_copy(
-            update={
-                "proposals_per_teacher": self.budget.proposals_per_teacher * b.matched_teachers,
-                "problems_per_match": self.budget.problems_per_match * b.matched_students,
-            }
-        )
-
-    @property
-    def update_grpo(self) -> GRPOConfig:
-        """The update settings: ``grpo``, with minibatches × (teachers + students) for a
-        single-agent baseline under ``baseline.matching: total``."""
-        if not self._total_matched:
-            return self.grpo
-        steps = self.grpo.minibatches * (self.baseline.matched_teachers + self.baseline.matched_students)
-        return self.grpo.model_copy(update={"minibatches": steps})
+    @model_validator(mode="before")
+    @classmethod
+    def _match_budget(cls, data: object) -> object:
+        """A single-agent baseline under ``baseline.matching: total`` spends the matched
+        population's budget: proposals × matched teachers, problems × matched students,
+        minibatches × (teachers + students), written into ``budget`` and ``grpo`` here, once
+        (``baseline.resolved``), so every stage reads the matched value from the one place."""
+        if not isinstance(data, dict):
+            return data
+        population, baseline = data.get("population") or {}, data.get("baseline") or {}
+        if not isinstance(population, dict) or not isinstance(baseline, dict):
+            return data  # not a mapping: the field validation names it
+        if not population.get("single_agent") or baseline.get("matching") != "total" or baseline.get("resolved"):
+            return data
+        defaults = BaselineConfig()
+        teachers = baseline.get("matched_teachers", defaults.matched_teachers)
+        students = baseline.get("matched_students", defaults.matched_students)
+        budget = BudgetConfig.model_validate(data.get("budget") or {})
+        grpo = GRPOConfig.model_validate(data.get("grpo") or {})
+        return {
+            **data,
+            "budget": budget.model_copy(
+                update={
+                    "proposals_per_teacher": budget.proposals_per_teacher * teachers,
+                    "problems_per_match": budget.problems_per_match * students,
+                }
+            ).model_dump(),
+            "grpo": grpo.model_copy(update={"minibatches": grpo.minibatches * (teachers + students)}).model_dump(),
+            "baseline": {**baseline, "resolved": True},
+        }
 
     def resources(self, stage: Literal["generation", "sandbox", "update"]) -> ResourceSpec:
         """``cluster.<stage>`` with its CPUs resolved (unset: ``model.threads`` for update, 0 for
@@ -309,9 +319,10 @@ class RunConfig(_Frozen):
 
     @model_validator(mode="after")
     def _every_adapter_can_learn(self) -> RunConfig:
-        proposals = self.play_budget.proposals_per_teacher * self.population.teachers
+        proposals = self.budget.proposals_per_teacher * self.population.teachers
         if proposals < 2:
-            teachers = "baseline.matched_teachers" if self._total_matched else "population.teachers"
+            total = self.population.single_agent and self.baseline.matching == "total"
+            teachers = "baseline.matched_teachers" if total else "population.teachers"
             raise ValueError(
                 f"budget.proposals_per_teacher × {teachers} = {proposals}: the teachers' baseline group has a "
                 f"single proposal, so its advantage is always 0 and no teacher can learn; raise "

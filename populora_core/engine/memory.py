@@ -102,7 +102,7 @@ def trainer_phase(
     """The trainer's peak on its GPU: one update at ``grpo.micro_batch_size`` sequences of ``length``
     (weights in ``dtype``, default ``model.dtype``)."""
     wb = weight_bytes(dtype or config.model.dtype)
-    pop, grpo = config.population, config.update_grpo
+    pop, grpo = config.population, config.grpo
     b = grpo.micro_batch_size
     completion = max(config.inference.teacher_max_new_tokens, config.inference.student_max_new_tokens)
     pieces = shape.update_bytes(wb, pop.rank, pop.target_modules, b, length, completion, checkpointing)
@@ -169,13 +169,13 @@ def make_plan(
         max_model_len=length.max_model_len,
         update_sequence=seq,
         checkpointing=checkpointing,
-        micro_batch=config.update_grpo.micro_batch_size,
+        micro_batch=config.grpo.micro_batch_size,
     )
 
 
 def stage_sequences(config: RunConfig) -> int:
     """Sequences of a generation's largest generation stage (propose, or solve over the matches)."""
-    budget, pop = config.play_budget, config.population
+    budget, pop = config.budget, config.population
     matches = pop.teachers * min(config.rating.students_per_teacher, pop.students)
     return max(
         pop.teachers * budget.proposals_per_teacher,
@@ -356,7 +356,7 @@ def cpu_memory_warning(config: RunConfig, shape: ModelShape, *, dtype: str, memo
     phase = cpu_phase(config, shape, dtype=dtype)
     if phase.total <= memory_gib:
         return None
-    b, checkpointing = config.update_grpo.micro_batch_size, config.grpo.gradient_checkpointing
+    b, checkpointing = config.grpo.micro_batch_size, config.grpo.gradient_checkpointing
     need = {m: cpu_phase(config, shape, dtype=dtype, micro_batch=m).total for m in range(b - 1, 0, -1)}
     if (fits := next((m for m, gib in need.items() if gib <= memory_gib), None)) is not None:
         advice = f"grpo.micro_batch_size={fits} fits"

@@ -89,7 +89,7 @@ def propose(
     rows, requests = [], []
     for t in teachers(members):
         buffer = start_buffers[start_buffers["teacher_id"] == t.adapter_id]
-        for i in range(config.play_budget.proposals_per_teacher):
+        for i in range(config.budget.proposals_per_teacher):
             task_type = types[i % len(types)]
             rng = numpy_generator(config.seed, generation, t.adapter_id, i, "references")
             refs = _references(buffer, task_type, config.budget.references, rng)
@@ -143,7 +143,7 @@ def validate(
     in the teacher's buffer (a seed or an earlier proposal; ids are content hashes) is a
     ``repeat``, a second copy within the generation a ``duplicate``: neither is fresh or
     valid. Then each teacher's problem set is topped up from its buffer to
-    ``play_budget.problems_per_match`` so every student has work. Valid problems get their
+    ``budget.problems_per_match`` so every student has work. Valid problems get their
     CVT cell (``metrics.coverage``, under the run's descriptor calibration); invalid ones −1."""
     results = validate_proposals(
         list(zip(proposals["task_type"], proposals["completion"], strict=True)), pool, config.problems
@@ -188,9 +188,9 @@ def _top_ups(
     generation: int,
 ) -> list[dict]:
     """Buffer problems (not proposed again this generation) that fill the teacher's set up
-    to ``play_budget.problems_per_match``, drawn from (run seed, generation, teacher)."""
+    to ``budget.problems_per_match``, drawn from (run seed, generation, teacher)."""
     have = sum(1 for r in rows if r["teacher_id"] == teacher_id and r["valid"])
-    need = config.play_budget.problems_per_match - have
+    need = config.budget.problems_per_match - have
     buffer = buffers[(buffers["teacher_id"] == teacher_id)]
     buffer = buffer[[(teacher_id, pid) not in seen for pid in buffer["problem_id"]]]
     if need <= 0 or buffer.empty:
@@ -247,7 +247,7 @@ def solve(
     number of solutions spread over the problems it has, so every match costs at least
     problems_per_match × G samples (what keeps the single-agent baseline compute-matched)."""
     work = assignments(problems, pairings)
-    budget = config.play_budget
+    budget = config.budget
     counts = samples_per_problem(work, budget.problems_per_match, budget.samples_per_problem)
     requests = [
         GenerationRequest(

@@ -37,7 +37,7 @@ def play(config, members, rng: np.random.Generator, statuses=STATUSES, any_valid
     them for ``config``: the preset's proposal counts, task types, pairing, top-ups and
     sample counts; completions drawn from ``rng``. Rewards vary within every adapter:
     every other proposal is valid (when ``any_valid``), verdicts cycle through ``statuses``."""
-    budget, types = config.play_budget, config.problems.task_types
+    budget, types = config.budget, config.problems.task_types
     pairings = play_stages.pair(members=members, config=config, generation=0)
     proposals, problems = [], []
     for t in (m for m in members if m.plays("teacher")):
@@ -173,12 +173,12 @@ def test_the_baseline_takes_one_members_update_per_generation_and_total_matching
     per_adapter = load_config(preset="cpu-small-baseline")
     population = load_config(preset="cpu-small")
     steps = population.grpo.minibatches  # one member's optimizer steps a generation
-    assert per_adapter.play_budget == population.budget and per_adapter.update_grpo.minibatches == steps
+    assert per_adapter.budget == population.budget and per_adapter.grpo.minibatches == steps
     assert per_adapter.rewards.teacher_rule == "learnability"
     total = load_config(preset="cpu-small-baseline", overrides=["baseline.matching=total"])
-    assert total.play_budget.proposals_per_teacher == 4 * population.budget.proposals_per_teacher
-    assert total.play_budget.problems_per_match == 4 * population.budget.problems_per_match
-    assert total.update_grpo.minibatches == 8 * steps
+    assert total.budget.proposals_per_teacher == 4 * population.budget.proposals_per_teacher
+    assert total.budget.problems_per_match == 4 * population.budget.problems_per_match
+    assert total.grpo.minibatches == 8 * steps
 
 
 def test_an_adapter_is_skipped_only_when_its_rewards_are_all_equal(tmp_path):
