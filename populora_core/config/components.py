@@ -225,6 +225,18 @@ class EvolutionConfig(_Frozen):
     """Per-operator settings, e.g. {"M1": {"sigma": 0.2}}; defaults are the operators' own."""
     child_sigma_boost: float = Field(1.0, ge=0)
     """A child starts at μ = mean of its parents' μ and σ = min(σ₀, max parent σ + boost)."""
+    grace_rounds: int = Field(1, ge=0)
+    """Replacement rounds a child is exempt from culling after its birth. A child starts with
+    its parents' μ and a larger σ, so by μ − 3σ it ranks below a parent it plays exactly as well
+    as: without a grace round it would be culled for being new, not for being weak
+    (docs/population.md#replacement). A child in its grace rounds that ranks among the weakest is
+    spared and nobody is culled in its place. 0: no grace."""
+    hall_of_fame: int = Field(4, ge=0)
+    """Past snapshots kept per role as crossover partners: at every replacement round the role's
+    best member (by μ − 3σ) is kept as it was then, newest first. A crossover takes its first
+    parent from the top survivors and its second from the other top survivors or the hall, so a
+    role of two members (one parent) can cross from its second round on. 0: parents only from the
+    current population (a role with one parent gets mutations only)."""
 
     @model_validator(mode="after")
     def _check(self) -> EvolutionConfig:
@@ -271,7 +283,12 @@ class GRPOConfig(_Frozen):
     A group with one member or equal rewards falls back to the next wider group (prompt →
     task → role), so no adapter is left without a signal by the budget. Unlike textbook
     GRPO (and DAPO, which drops them), a student's all-correct or all-wrong problem is then
-    compared with its task group instead of contributing nothing."""
+    compared with its task group instead of contributing nothing (`fallback`)."""
+    fallback: Literal["wider", "none"] = "wider"
+    """`wider`: a one-member or flat baseline group falls back to the next wider group (prompt →
+    task → role; a deviation from GRPO, training/grpo.py). `none`: textbook GRPO, every sample
+    keeps its narrowest group and a flat group's advantages are 0 (an all-wrong problem teaches
+    nothing)."""
     enabled: bool = True
     """False: no adapter is ever updated (a control run; its probe drift stays 0)."""
     learning_rate: float = Field(1e-5, gt=0)
@@ -291,11 +308,14 @@ class GRPOConfig(_Frozen):
     logprob_chunk: int = Field(64, ge=1)
     """Positions per chunk when turning logits into float32 log-probs (a
     full-vocabulary float32 copy is ~3 GB for a 16 × 300 batch)."""
-    old_logprobs: Literal["sampler", "learner"] = "sampler"
+    old_logprobs: Literal["auto", "sampler", "learner"] = "auto"
     """π_old of the clipped ratio (training/grpo.py): `sampler`, the log-probs generation
     returned; `learner`, the learner's own, recomputed before the first optimizer step (one
-    more forward pass without gradients; docs/models.md has its cost). With the HF backend
-    both are the same policy; vLLM samples with other kernels and precision."""
+    more forward pass without gradients; docs/models.md has its cost). `auto`: by what the
+    sampler and the learner measurably are (docs/models.md#sampler-and-learner): `sampler` for
+    the HF backend on a float32 base (gap ~1e-6), `learner` for a bf16/fp16 base (HF's cached
+    decoding and the learner's full forward round differently: ratios up to 1.56 measured, the
+    clip firing on 2–13% of tokens) and for vLLM (other kernels and LoRA path)."""
     importance_cap: float | None = Field(None, ge=1)
     """C of truncated importance sampling: each token's loss weighted by
     min(π_learner / π_sampler, C), correcting the sampler/learner mismatch (needs

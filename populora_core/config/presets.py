@@ -79,23 +79,36 @@ DEFAULT_PRESET = "cpu-small"
 """The preset of `populora train` and of the train flow when neither a preset nor a config is given."""
 
 
-def _baseline_of(name: str) -> dict:
-    """The single-agent baseline of a population preset: Absolute Zero Reasoner with LoRA,
-    compute-matched per adapter (the paper's abstract): one adapter in both roles with
-    one teacher's proposals, one student's problems and one update per generation, and
-    Absolute Zero's rewards (learnability, −0.5 / −1 invalid-proposal penalties).
-    ``--set baseline.matching=total`` gives it the whole population's budget instead."""
+def _single_agent(name: str) -> dict:
+    """Preset ``name`` as one adapter in both roles, compute-matched per adapter (the paper's
+    abstract): one teacher's proposals, one student's problems and one update per generation,
+    like any member; ``--set baseline.matching=total`` gives it the whole population's budget.
+    As ``<name>-single`` it keeps the population's rewards and estimator: the ablation arm
+    between a population and its baseline, so that population vs ``-single`` differs only in
+    being a population, and ``-single`` vs ``-baseline`` only in Absolute Zero's rules."""
     base = PRESETS[name]
     return _merge(
         base,
         {
             "population": {"single_agent": True, "teachers": 1, "students": 1},
-            "rewards": {"teacher_rule": "learnability", "invalid_rule": "absolute_zero"},
             "baseline": {
                 "matching": "per_adapter",
                 "matched_teachers": base["population"]["teachers"],
                 "matched_students": base["population"]["students"],
             },
+        },
+    )
+
+
+def _baseline_of(name: str) -> dict:
+    """The single-agent baseline of a population preset, as its name promises: Absolute Zero
+    Reasoner with LoRA — AZR's rewards (learnability, −0.5 / −1 invalid-proposal penalties)
+    and AZR's estimator (task-relative REINFORCE++, ``task_reinforce_pp``)."""
+    return _merge(
+        _single_agent(name),
+        {
+            "rewards": {"teacher_rule": "learnability", "invalid_rule": "absolute_zero"},
+            "grpo": {"advantage": "task_reinforce_pp"},
         },
     )
 
@@ -112,9 +125,9 @@ PRESETS["cpu-arms-race"] = _merge(
         "grpo": {"micro_batch_size": 2},
     },
 )
-PRESETS["cpu-tiny-baseline"] = _baseline_of("cpu-tiny")
-PRESETS["cpu-small-baseline"] = _baseline_of("cpu-small")
-PRESETS["cpu-arms-race-baseline"] = _baseline_of("cpu-arms-race")
+for _name in ("cpu-tiny", "cpu-small", "cpu-arms-race"):
+    PRESETS[f"{_name}-baseline"] = _baseline_of(_name)
+    PRESETS[f"{_name}-single"] = _single_agent(_name)
 
 
 def parse_override(text: str) -> dict:

@@ -73,7 +73,12 @@ def reward(
         return pd.DataFrame(columns=columns("rewards"))
     kind = config.grpo.advantage
     groups, members = advantage_groups(
-        frame["reward"].tolist(), frame["role"].tolist(), frame["task_type"].tolist(), frame["prompt"].tolist(), kind
+        frame["reward"].tolist(),
+        frame["role"].tolist(),
+        frame["task_type"].tolist(),
+        frame["prompt"].tolist(),
+        kind,
+        fallback=config.grpo.fallback == "wider",
     )
     rewards = torch.tensor(frame["reward"].to_numpy(), dtype=torch.float64)
     frame["advantage"] = compute_advantages(rewards, groups, kind, members, batches=frame["role"].tolist()).numpy()
@@ -141,6 +146,15 @@ def skip_reason(batch: Sequence[Rollout], rewards: pd.Series, enabled: bool = Tr
     return "advantages all 0"
 
 
+def _update_settings(config: RunConfig) -> GRPOConfig:
+    """``grpo`` as the update takes it: ``old_logprobs: auto`` with vLLM sampling is ``learner``
+    (other kernels and LoRA path than the learner); with HF the trainer resolves it from the
+    base's dtype (``trainer.old_logprobs_source``)."""
+    if config.grpo.old_logprobs == "auto" and config.inference.backend == "vllm":
+        return config.grpo.model_copy(update={"old_logprobs": "learner"})
+    return config.grpo
+
+
 @dataclass(frozen=True)
 class UpdateJob:
     """One adapter's GRPO update, as plain data (a Ray task receives it whole)."""
@@ -186,7 +200,7 @@ def update(
     config: RunConfig,
     generation: int,
 ) -> pd.DataFrame:
-    """One GRPO update per adapter (``RunConfig.update_grpo``; minibatches shuffled by a
+    """One GRPO update per adapter (``RunConfig.grpo``, total matching resolved at load; minibatches shuffled by a
     generator seeded from (run seed, generation, adapter)); the result (adapter +
     optimizer state) goes to ``updated_dir/<id>``. An adapter already there (a resumed
     stage) is not trained again; one whose advantages are all zero is copied unchanged,
@@ -202,9 +216,7 @@ def update(
             continue
         source = Path(members_dir) / m.adapter_id
         batch = training_batch(m.adapter_id, rewards, proposals, rollouts)
-        reason = skip_reason(
-            batch, rewards.loc[rewards["adapter_id"] == m.adapter_id, "reward"], config.update_grpo.enabled
-        )
+        reason = skip_reason(batch, rewards.loc[rewards["adapter_id"] == m.adapter_id, "reward"], config.grpo.enabled)
         row = dict.fromkeys(("loss", "clip_frac", "kl", "grad_norm", "tokens", "seconds", "delta_change"), 0.0)
         row.update(dict.fromkeys(AGREEMENT.values(), float("nan")))
         row.update(adapter_id=m.adapter_id, samples=len(batch), updated=False, skip_reason=reason, steps=0, node="")
@@ -213,7 +225,7 @@ def update(
             rows[m.adapter_id] = row
             continue
         seed = derive_seed(config.seed, generation, m.adapter_id, "minibatches")
-        jobs.append(UpdateJob(source, target, tuple(batch), config.update_grpo, seed, row, config.model.name))
+        jobs.append(UpdateJob(source, target, tuple(batch), _update_settings(config), seed, row, config.model.name))
     for job, row in zip(jobs, trainer.map(train_one, jobs, desc="update"), strict=True):
         rows[job.row["adapter_id"]] = row
     remove_partials(Path(updated_dir))  # half-written adapters of attempts Ray killed and re-ran

@@ -77,7 +77,12 @@ def student_rollouts(
     n = len(verdicts)
     rewards = verdicts["reward"].tolist()
     groups, members = advantage_groups(
-        rewards, ["student"] * n, verdicts["task_type"].tolist(), verdicts["problem"].tolist(), grpo.advantage
+        rewards,
+        ["student"] * n,
+        verdicts["task_type"].tolist(),
+        verdicts["problem"].tolist(),
+        grpo.advantage,
+        fallback=grpo.fallback == "wider",
     )
     adv = compute_advantages(torch.tensor(rewards, dtype=torch.float64), groups, grpo.advantage, members)
     batch = []

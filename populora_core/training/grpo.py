@@ -15,6 +15,15 @@ that role in the generation). So an adapter gets no signal only when every
 reward of its role is equal; config validation makes sure a role group always
 has two members.
 
+**A deviation from GRPO, on purpose** (``grpo.fallback: wider``, the default). Textbook
+GRPO gives a prompt whose G samples are all right or all wrong an advantage of 0 (DAPO
+drops such prompts). At the solve rates a small model reaches (~15%), most student
+prompt groups are all wrong, and the fallback compares those samples with the task
+group's, pooled over the role: a student then learns which problems it fails more than
+others (a difficulty signal across problems), not only which of its answers to one
+problem were better. ``grpo.fallback: none`` is plain GRPO: the narrowest group is kept,
+flat or not.
+
 Estimators over those groups:
     GRPO:                  Â_i = (r_i − mean_g(r)) / (std_g(r) + ε)
     REINFORCE++-baseline:  Â_i = (r_i − mean_g(r)) / (std over the role's batch of (r − mean_g) + ε)
@@ -72,7 +81,13 @@ def get_estimator(kind: str) -> Estimator:
 
 
 def advantage_groups(
-    rewards: Sequence[float], roles: Sequence[str], task_types: Sequence[str], prompts: Sequence[Hashable], kind: str
+    rewards: Sequence[float],
+    roles: Sequence[str],
+    task_types: Sequence[str],
+    prompts: Sequence[Hashable],
+    kind: str,
+    *,
+    fallback: bool = True,
 ) -> tuple[list[tuple], dict[tuple, list[int]]]:
     """The baseline group of every sample (module docstring), and every group's members.
 
@@ -82,7 +97,8 @@ def advantage_groups(
     candidate with two members whose rewards differ: a one-member or flat group has no
     contrast of its own (its advantages would all be 0), so its samples are compared with
     the wider group. A sample falls through to a flat role group only when every reward of
-    its role is equal."""
+    its role is equal. ``fallback=False`` (``grpo.fallback: none``, textbook GRPO): every
+    sample keeps its narrowest group, flat or not, and a flat group's advantages are 0."""
     per_prompt = get_estimator(kind).prompt_groups
     candidates = [
         ([("prompt", role, prompt)] if per_prompt and role == "student" else [])
@@ -94,7 +110,7 @@ def advantage_groups(
         for key in keys:
             members.setdefault(key, []).append(i)
     spread = {key: max(rewards[i] for i in idx) - min(rewards[i] for i in idx) for key, idx in members.items()}
-    chosen = [next((k for k in keys if spread[k] > 1e-12), keys[-1]) for keys in candidates]
+    chosen = [next((k for k in keys if spread[k] > 1e-12), keys[-1]) if fallback else keys[0] for keys in candidates]
     return chosen, {k: members[k] for k in dict.fromkeys(chosen)}
 
 

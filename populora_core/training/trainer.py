@@ -172,6 +172,16 @@ def _checkpointing(model, wanted: bool) -> bool:
     return True
 
 
+def old_logprobs_source(config: GRPOConfig, *, low_precision: bool) -> str:
+    """``grpo.old_logprobs`` made concrete: ``auto`` is the learner's own log-probs on a
+    bf16/fp16 base (sampling and scoring round differently there), the sampler's on a float32
+    one (they agree to ~1e-6). The vLLM backend's ``auto`` is resolved to ``learner`` before
+    the update is sent (``stages.learn``)."""
+    if config.old_logprobs != "auto":
+        return config.old_logprobs
+    return "learner" if low_precision else "sampler"
+
+
 def _autocast(model):
     """A bf16/fp16 base: LoRA master weights stay fp32 (for AdamW), matmuls run in the low precision."""
     low = next(model.parameters()).dtype
@@ -207,9 +217,9 @@ def update_adapter(
     if generator is not None:
         order = torch.randperm(len(rollouts), generator=generator, device="cpu").tolist()  # the generator's device
         rollouts = [rollouts[i] for i in order]
-    shared = not checkpointing
-    agreement: dict[str, float] = {}
-    if config.old_logprobs == "learner":
+    shared, agreement = not checkpointing, {}
+    old = old_logprobs_source(config, low_precision=not isinstance(autocast, nullcontext))
+    if old == "learner":
         rollouts, agreement = _with_learners_old(model, rollouts, config, pad_id, autocast, shared)
     parts = min(config.minibatches, len(rollouts))
     bounds = [round(i * len(rollouts) / parts) for i in range(parts + 1)]
@@ -217,7 +227,7 @@ def update_adapter(
         for lo, hi in itertools.pairwise(bounds):
             optimizer.zero_grad(set_to_none=True)
             chunk = rollouts[lo:hi]
-            first = steps == 0 and config.old_logprobs == "sampler"
+            first = steps == 0 and old == "sampler"
             seen: list | None = [] if first else None
             grad_norm = _minibatch_step(model, chunk, params, config, pad_id, autocast, sums, shared, seen)
             if seen is not None:

@@ -41,7 +41,8 @@ def test_presets_are_valid_and_differ_where_documented():
 
     tiny, small, paper = (load_config(preset=p) for p in ("cpu-tiny", "cpu-small", "paper-7b"))
     populations = {"cpu-tiny", "cpu-small", "cpu-arms-race", "paper-7b"}
-    assert set(PRESETS) == populations | {f"{p}-baseline" for p in populations - {"paper-7b"}}
+    arms = {f"{p}-{arm}" for p in populations - {"paper-7b"} for arm in ("baseline", "single")}
+    assert set(PRESETS) == populations | arms
     assert "smollm2" in tiny.model.name and (tiny.population.teachers, tiny.population.students) == (2, 2)
     assert tiny.evolution.every_k == 1
     assert "0.5b" in small.model.name and (small.population.teachers, small.population.students) == (4, 4)
@@ -98,16 +99,53 @@ def test_baseline_presets_are_compute_matched_per_adapter_or_in_total():
         assert base.population.single_agent and (base.population.teachers, base.population.students) == (1, 1)
         assert base.baseline.matching == "per_adapter"
         # per adapter: one teacher's proposals, one student's problems, one update like any member
-        assert base.play_budget == pop.budget and base.update_grpo.minibatches == pop.grpo.minibatches
+        assert base.budget == pop.budget and base.grpo.minibatches == pop.grpo.minibatches
         assert (base.rewards.teacher_rule, base.rewards.invalid_rule) == ("learnability", "absolute_zero")
+        assert base.grpo.advantage == "task_reinforce_pp"  # AZR's estimator, as the name promises
         assert base.model == pop.model
+        # the ablation arm: a single agent that differs from the population only in being one
+        single = load_config(preset=f"{name}-single")
+        assert single.population.single_agent and single.budget == pop.budget
+        assert (single.rewards, single.grpo) == (pop.rewards, pop.grpo)
+        assert single.model_copy(update={"rewards": base.rewards, "grpo": base.grpo}) == base
         total = load_config(preset=f"{name}-baseline", overrides=["baseline.matching=total"])
         proposals = pop.population.teachers * pop.budget.proposals_per_teacher
-        assert total.play_budget.proposals_per_teacher == proposals
-        assert total.play_budget.problems_per_match == pop.population.students * pop.budget.problems_per_match
-        assert total.update_grpo.minibatches == pop.grpo.minibatches * (
-            pop.population.teachers + pop.population.students
-        )
+        assert total.budget.proposals_per_teacher == proposals
+        assert total.budget.problems_per_match == pop.population.students * pop.budget.problems_per_match
+        assert total.grpo.minibatches == pop.grpo.minibatches * (pop.population.teachers + pop.population.students)
+
+
+def test_total_matching_is_resolved_once_so_every_stage_reads_the_matched_budget(tmp_path):
+    """Under `baseline.matching: total` the matched values are written into `budget` and `grpo`
+    when the config loads: a stage that reads `config.budget` (here validate's top-up from the
+    buffer) sees them, and a stored config is not scaled again when it is read back."""
+    import pandas as pd
+
+    from populora_core.config import config_to_yaml, load_config
+    from populora_core.stages.play import _top_ups
+
+    pop = load_config(preset="cpu-tiny")
+    total = load_config(preset="cpu-tiny-baseline", overrides=["baseline.matching=total"])
+    matched = pop.budget.problems_per_match * pop.population.students
+    assert total.budget.problems_per_match == matched and total.baseline.resolved
+    buffer = pd.DataFrame(
+        {
+            "teacher_id": "agent",
+            "problem_id": [f"p{i}" for i in range(20)],
+            "task_type": "code_o",
+            "program": "def f(x):\n    return x",
+            "inputs": [["1"]] * 20,
+            "outputs": [["1"]] * 20,
+            "message": "",
+            "added_generation": 0,
+        }
+    )
+    assert len(_top_ups("agent", [], buffer, set(), total, 0)) == matched  # not pop's unscaled budget
+    path = tmp_path / "config.yaml"
+    path.write_text(config_to_yaml(total))
+    assert load_config(path) == total  # resolved once: reading it back does not scale it again
+    per_adapter = load_config(preset="cpu-tiny-baseline")
+    assert not per_adapter.baseline.resolved and per_adapter.budget == pop.budget
 
 
 def test_a_config_that_leaves_teachers_without_a_signal_fails_naming_the_fields():

@@ -103,6 +103,26 @@ def test_prompt_grpo_groups_a_students_samples_of_one_problem():
     assert (adv[3:6] > 0).all()  # above the student's task mean
 
 
+def test_plain_grpo_keeps_a_flat_prompt_group_and_gives_it_no_signal():
+    """grpo.fallback: none is textbook GRPO: an all-solved problem's samples keep their own
+    group and get advantage 0, where the default falls back to the task group."""
+    roles, tasks = ["student"] * 6, ["code_o"] * 6
+    prompts = [("s", "t", "p1")] * 3 + [("s", "t", "p2")] * 3
+    rewards = [1.0, -0.5, -0.5, 1.0, 1.0, 1.0]
+    groups, members = advantage_groups(rewards, roles, tasks, prompts, "prompt_grpo", fallback=False)
+    assert groups[3:] == [("prompt", "student", ("s", "t", "p2"))] * 3
+    adv = compute_advantages(torch.tensor(rewards), groups, "prompt_grpo", members)
+    assert torch.equal(adv[3:], torch.zeros(3))
+    torch.testing.assert_close(adv[:3], normalised_advantages(torch.tensor(rewards[:3]), [0] * 3))
+    wider = compute_advantages(torch.tensor(rewards), *_groups_and_kind(rewards, roles, tasks, prompts))
+    assert (wider[3:] > 0).all()
+
+
+def _groups_and_kind(rewards, roles, tasks, prompts):
+    groups, members = advantage_groups(rewards, roles, tasks, prompts, "prompt_grpo")
+    return groups, "prompt_grpo", members
+
+
 def test_only_a_flat_role_gives_zero_advantages():
 
     rewards = [-1.0] * 4

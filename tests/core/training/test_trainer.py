@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from populora_core.config import GRPOConfig
 from populora_core.training.rollouts import Rollout, token_logprobs
-from populora_core.training.trainer import update_adapter
+from populora_core.training.trainer import old_logprobs_source, update_adapter
 from tests.helpers import TINY_QWEN2
 
 TINY = TINY_QWEN2
@@ -143,3 +144,37 @@ def test_the_local_and_the_ray_trainer_share_the_trainer_pool_protocol():
         got = inspect.signature(cls.map).parameters
         assert list(got) == list(wanted), cls
         assert got["desc"].kind is inspect.Parameter.KEYWORD_ONLY, cls
+
+
+@pytest.mark.parametrize(("dtype", "expected"), [(torch.float32, "sampler"), (torch.bfloat16, "learner")])
+def test_auto_old_logprobs_follows_the_bases_precision(model, dtype, expected):
+    """`old_logprobs: auto` takes the sampler's log-probs on a float32 base (they agree with the
+    learner's to ~1e-6) and the learner's on a bf16 base (they do not): the update is the one
+    the explicit setting gives, step for step."""
+    batch = [replace(r, old_logprobs=[x - 0.3 for x in r.old_logprobs]) for r in rollouts(model, "alice")]
+    for name, p in model.named_parameters():  # the frozen base; LoRA factors stay float32
+        if "lora_" not in name:
+            p.data = p.data.to(dtype)
+    start = copy.deepcopy(model.state_dict())
+    runs = {}
+    for old in ("auto", expected):
+        model.load_state_dict(start)
+        metrics, _ = update_adapter(model, "alice", batch, CFG.model_copy(update={"old_logprobs": old}))
+        metrics = {k: v for k, v in metrics.items() if k not in ("charts/seconds", "charts/tokens_per_s")}
+        runs[old] = (metrics, {k: v.clone() for k, v in model.state_dict().items() if ".alice." in k})
+    assert runs["auto"][0] == runs[expected][0]
+    other = "learner" if expected == "sampler" else "sampler"
+    model.load_state_dict(start)
+    assert update_adapter(model, "alice", batch, CFG.model_copy(update={"old_logprobs": other}))[0] != runs["auto"][0]
+    assert all(torch.equal(v, runs[expected][1][k]) for k, v in runs["auto"][1].items())
+    assert old_logprobs_source(CFG, low_precision=dtype != torch.float32) == expected
+    assert old_logprobs_source(CFG.model_copy(update={"old_logprobs": "sampler"}), low_precision=True) == "sampler"
+
+
+def test_vllm_sampling_takes_the_learners_old_logprobs():
+    from populora_core.config import load_config
+    from populora_core.stages.learn import _update_settings
+
+    hf = load_config(preset="cpu-tiny")
+    vllm = load_config(preset="cpu-tiny", overrides=["inference.backend=vllm"])
+    assert _update_settings(hf).old_logprobs == "auto" and _update_settings(vllm).old_logprobs == "learner"
