@@ -11,9 +11,13 @@ its interval, from the run's artifacts alone.
   design effect), summed: χ² with G − 2 degrees of freedom. A constant rate is rejected
   at about the nominal 5% (``tests/core/test_claims.py`` simulates it); an arms race that
   swings the rate gives a small p.
+- Cycles: the same standardized departures' periodogram at periods of 2 to 10 generations
+  (``cycle_test``), so a slow arms race (students catching up over a few evolution rounds)
+  is seen, not only a flip-flop every generation; calibrated by simulation
+  (``benchmarks/cycle_calibration.py``).
 - Slopes per generation, with t intervals widened for autocorrelated residuals: mean
   complexity of the valid fresh programs and the calibrated CVT coverage of each
-  generation.
+  generation, rarefied to a fixed number of valid programs.
 - The trivial-program share (identity or constant functions; shallow, AST depth ≤ 6) of
   the first and the last window.
 
@@ -125,28 +129,40 @@ def window_change(data: RunData, window: int = WINDOW, answers: pd.DataFrame | N
     }
 
 
-def oscillation_test(rates: pd.DataFrame) -> dict[str, float]:
-    """χ² of the per-generation rates around their trend, over what sampling alone gives.
+def _standardized_residuals(rates: pd.DataFrame) -> tuple[np.ndarray, float] | None:
+    """The per-generation rates' departures from their trend, each over the standard deviation
+    sampling alone gives it, and the design effect used; None with fewer than 4 generations.
 
     The trend is a weighted least-squares line (weights √n). Each generation's variance is
     the binomial one at the trend, p(1 − p)/n, times one design effect for the whole run:
     Σ cluster-robust variances / Σ binomial variances over the generations, at least 1.
     (Each generation's own cluster-robust variance, from its few problems, is too noisy to
     divide by: the test then rejects a constant rate 20–30% of the time.) Generations
-    without fresh answers are skipped. Returns χ², degrees of freedom (G − 2), p-value,
-    the ratio χ²/df (about 1 for sampling noise) and the design effect used."""
-    from scipy import stats
-
+    without fresh answers are skipped."""
     r = rates.dropna(subset=["rate"])
     r = r[r["n"] > 0]
-    nan = {"chi2": float("nan"), "df": 0, "p_value": float("nan"), "ratio": float("nan"), "design_effect": float("nan")}
     if len(r) < 4:
-        return nan
+        return None
     x, y, n = (r[c].to_numpy(dtype=float) for c in ("generation", "rate", "n"))
     trend = np.polyval(np.polyfit(x, y, 1, w=np.sqrt(n)), x)
     p = np.clip(trend, 0.5 / n, 1 - 0.5 / n)
     deff = design_effect(y, r["se"], n)
-    chi2, df = float(((y - trend) ** 2 / (deff * p * (1 - p) / n)).sum()), len(r) - 2
+    return (y - trend) / np.sqrt(deff * p * (1 - p) / n), deff
+
+
+def oscillation_test(rates: pd.DataFrame) -> dict[str, float]:
+    """χ² of the per-generation rates around their trend, over what sampling alone gives
+    (``_standardized_residuals``): Σ z², G − 2 degrees of freedom. Any excess variance, periodic
+    or not. Returns χ², df, p-value, the ratio χ²/df (about 1 for sampling noise) and the
+    design effect used."""
+    from scipy import stats
+
+    nan = {"chi2": float("nan"), "df": 0, "p_value": float("nan"), "ratio": float("nan"), "design_effect": float("nan")}
+    found = _standardized_residuals(rates)
+    if found is None:
+        return nan
+    z, deff = found
+    chi2, df = float((z**2).sum()), len(z) - 2
     return {
         "chi2": chi2,
         "df": df,
@@ -156,16 +172,69 @@ def oscillation_test(rates: pd.DataFrame) -> dict[str, float]:
     }
 
 
+CYCLE_PERIODS = (2.0, 10.0)
+"""Periods, in generations, the cycle test looks for: a flip-flop every generation to a swing
+every ten (an arms race whose students catch up within a few evolution rounds)."""
+
+
+def cycle_test(rates: pd.DataFrame, periods: tuple[float, float] = CYCLE_PERIODS) -> dict[str, float]:
+    """A periodic swing of the per-generation rates beyond sampling noise, of any period in
+    ``periods`` (generations), slow cycles included.
+
+    Statistic: the periodogram of the standardized residuals z_t (``_standardized_residuals``)
+    at each Fourier frequency k/G whose period G/k lies in ``periods``:
+    S_k = (2/G)·[(Σ z_t cos 2πkt/G)² + (Σ z_t sin 2πkt/G)²], χ² with 2 degrees of freedom under
+    sampling noise alone (1 at the period of 2, G even). The p-value is the smallest
+    ordinate's, corrected for the K frequencies looked at (Šidák: 1 − (1 − p_min)^K). Unlike
+    a negative lag-1 autocorrelation, which only a flip-flop every generation has, a period
+    of 4 or more generations shows up here. ``benchmarks/cycle_calibration.py`` measures its
+    false positives on stationary clustered binomial series of the runs' sizes and its power
+    per period (docs/benchmarks.md#cycle-test). Returns the p-value, the period and amplitude
+    (in rate units) of the strongest cycle, K, and the design effect used."""
+    from scipy import stats
+
+    nan = {"p_value": float("nan"), "period": float("nan"), "amplitude": float("nan"), "frequencies": 0}
+    found = _standardized_residuals(rates)
+    if found is None:
+        return {**nan, "design_effect": float("nan")}
+    z, deff = found
+    g, t = len(z), np.arange(len(z), dtype=float)
+    ks = [k for k in range(1, g // 2 + 1) if periods[0] <= g / k <= periods[1]]
+    if not ks:
+        return {**nan, "design_effect": deff}
+    best = (2.0, 0, 0.0)  # (p, k, ordinate)
+    for k in ks:
+        c, s_ = np.cos(2 * np.pi * k * t / g) @ z, np.sin(2 * np.pi * k * t / g) @ z
+        nyquist = 2 * k == g
+        ordinate = c**2 / g if nyquist else 2.0 / g * (c**2 + s_**2)
+        p = float(stats.chi2.sf(ordinate, 1 if nyquist else 2))
+        best = min(best, (p, k, ordinate))
+    p_min, k, ordinate = best
+    r = rates.dropna(subset=["rate"])
+    r = r[r["n"] > 0]
+    scale = float(np.sqrt(deff * (r["rate"] * (1 - r["rate"]) / r["n"]).mean()))  # one z in rate units
+    return {
+        "p_value": float(1 - (1 - p_min) ** len(ks)),
+        "period": g / k,
+        "amplitude": float(np.sqrt(2 * ordinate / g)) * scale,
+        "frequencies": len(ks),
+        "design_effect": deff,
+    }
+
+
 def slopes(data: RunData) -> dict[str, dict]:
     """Per-generation slopes with 95% t intervals: mean complexity of the valid fresh
-    programs (each metric) and the calibrated CVT coverage of each generation's programs."""
+    programs (each metric) and the calibrated CVT coverage of each generation's programs,
+    rarefied to ``RAREFIED_PROBLEMS`` valid programs (so validity alone cannot raise it;
+    ``coverage_raw``: the cells of every valid program, as before)."""
     trends = complexity_trends(data)
     out = {}
     for metric in COMPLEXITY:
         part = trends[trends["metric"] == metric]
         out[metric] = asdict(slope_interval(part["generation"], part["mean"], autocorrelated=True))
     cov = calibrated_coverage(data)
-    out["coverage"] = asdict(slope_interval(cov["generation"], cov["coverage"], autocorrelated=True))
+    out["coverage"] = asdict(slope_interval(cov["generation"], cov["rarefied"], autocorrelated=True))
+    out["coverage_raw"] = asdict(slope_interval(cov["generation"], cov["coverage"], autocorrelated=True))
     return out
 
 
@@ -198,6 +267,7 @@ def run_statistics(data: RunData, window: int = WINDOW, single_agent: bool | Non
         "generations": len(data.generations),
         "fresh_window_change": window_change(data, window, answers),
         "fresh_oscillation": oscillation_test(rates),
+        "fresh_cycles": cycle_test(rates),
         "fresh_per_generation_answers": {
             "median": float(rates["n"].median()),
             "min": int(rates["n"].min()),
@@ -215,9 +285,9 @@ CLAIM_RULES: dict[str, str] = {
     "below 0. Contradicts: the solve-rate change's interval is below 0, or the AST-depth slope's is above 0 "
     "while the trivial share's change is not above 0. Otherwise: cannot tell.",
     "arms_race": "The population's fresh solve rate oscillates while complexity and coverage grow. Supports: "
-    "the oscillation test's p < 0.05 with a negative lag-1 autocorrelation, and the AST-depth and coverage "
-    "slopes both have their intervals above 0. Contradicts: the AST-depth or the coverage slope has its "
-    "interval below 0. Otherwise: cannot tell.",
+    "the cycle test (a periodic swing of any period from 2 to 10 generations beyond sampling noise) has "
+    "p < 0.05, and the AST-depth and (rarefied) coverage slopes both have their intervals above 0. Contradicts: the "
+    "AST-depth or the coverage slope has its interval below 0. Otherwise: cannot tell.",
 }
 """How ``claim_verdicts`` reads each claim (stated in the report below the verdicts)."""
 
@@ -230,10 +300,9 @@ def _below(iv: dict) -> bool:
     return iv["high"] < 0
 
 
-def claim_verdicts(stats: dict, lag1: float = float("nan")) -> dict[str, str]:
+def claim_verdicts(stats: dict) -> dict[str, str]:
     """The claim this run speaks to (``collapse`` for a single agent, ``arms_race`` for a
-    population) → "supports", "contradicts" or "cannot tell", by ``CLAIM_RULES``.
-    ``lag1``: the fresh solve rate's lag-1 autocorrelation (``metrics.dynamics.oscillation``)."""
+    population) → "supports", "contradicts" or "cannot tell", by ``CLAIM_RULES``."""
     depth = stats["slopes"]["ast_depth"]
     if stats["single_agent"]:
         change = stats["fresh_window_change"]["difference"]
@@ -246,7 +315,7 @@ def claim_verdicts(stats: dict, lag1: float = float("nan")) -> dict[str, str]:
     coverage = stats["slopes"]["coverage"]
     if _below(depth) or _below(coverage):
         return {"arms_race": "contradicts"}
-    oscillates = stats["fresh_oscillation"]["p_value"] < 0.05 and lag1 < 0
+    oscillates = stats["fresh_cycles"]["p_value"] < 0.05
     if oscillates and _above(depth) and _above(coverage):
         return {"arms_race": "supports"}
     return {"arms_race": "cannot tell"}
@@ -263,7 +332,7 @@ def format_interval(interval: dict, fmt: str) -> str:
     return f"{value} [{low}, {high}]"
 
 
-def claim_evidence(stats: dict, lag1: float = float("nan")) -> str:
+def claim_evidence(stats: dict) -> str:
     """The statistics ``claim_verdicts`` reads for this run, with their 95% intervals, as text."""
     iv = format_interval
     depth = f"AST depth slope {iv(stats['slopes']['ast_depth'], '+.3f')}/gen"
@@ -271,7 +340,7 @@ def claim_evidence(stats: dict, lag1: float = float("nan")) -> str:
         change = iv(stats["fresh_window_change"]["difference"], "+.3f")
         trivial = iv(stats["trivial_change"]["identity_or_constant"]["difference"], "+.2f")
         return f"fresh solve rate change {change}, identity-or-constant share change {trivial}, {depth}"
-    p = format_number(stats["fresh_oscillation"]["p_value"], ".3g")
+    cycles = stats["fresh_cycles"]
+    p, period = format_number(cycles["p_value"], ".3g"), format_number(cycles["period"], ".1f")
     coverage = iv(stats["slopes"]["coverage"], "+.4f")
-    lag = format_number(lag1, "+.2f")
-    return f"oscillation p = {p} (lag-1 autocorrelation {lag}), {depth}, coverage slope {coverage}/gen"
+    return f"cycle test p = {p} (strongest period {period} generations), {depth}, coverage slope {coverage}/gen"

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from populora_core.metrics.coverage import REFERENCE_CALIBRATION, cvt_centroids, problem_cells
+from populora_core.metrics.coverage import REFERENCE_CALIBRATION, cvt_centroids, problem_cells, rarefied_cells
 from populora_core.metrics.dynamics import oscillation, problem_triviality, solve_rates_by_source
 from populora_core.metrics.stats import Interval, cluster_rate, design_effect, mean_interval, wilson
 from populora_core.rundir.artifacts import ArtifactError
@@ -179,17 +179,27 @@ def _reference_centroids(cells: int) -> np.ndarray:
 def calibrated_coverage(data: RunData, cells: int = 1024) -> pd.DataFrame:
     """Per generation: CVT coverage of the valid fresh programs under the reference calibration
     and one fixed archive (``cells`` centroids, seed 0), this generation and cumulative: the same
-    yardstick for every run, whatever its own archive and scales were."""
+    yardstick for every run, whatever its own archive and scales were. ``rarefied``: the
+    expected distinct cells among ``RAREFIED_PROBLEMS`` of the generation's valid programs
+    (``metrics.coverage.rarefied_cells``; NaN with fewer), which, unlike ``coverage``, does not
+    rise just because more proposals were valid."""
     p = data["problems"]
     valid = p[(p["source"] == "fresh") & p["valid"]]
     found = problem_cells(list(valid["program"]), _reference_centroids(cells), REFERENCE_CALIBRATION)
     by_gen = pd.Series(found, index=valid["generation"].to_numpy())
     rows, seen = [], set()
     for g in data.generations:
-        now = set(by_gen[by_gen.index == g].tolist()) - {-1}
-        seen |= now
-        rows.append({"generation": g, "coverage": len(now) / cells, "cumulative_coverage": len(seen) / cells})
-    return pd.DataFrame(rows)
+        mine = [c for c in by_gen[by_gen.index == g].tolist() if c != -1]
+        seen |= set(mine)
+        rows.append(
+            {
+                "generation": g,
+                "coverage": len(set(mine)) / cells,
+                "cumulative_coverage": len(seen) / cells,
+                "rarefied": rarefied_cells(mine),
+            }
+        )
+    return pd.DataFrame(rows, columns=["generation", "coverage", "cumulative_coverage", "rarefied"])
 
 
 def _slope(y: np.ndarray, x: np.ndarray) -> float:

@@ -7,7 +7,8 @@ together.
 The models of several evaluated runs: the base model (once), every adapter, and for a
 population its weakest member (the one adapter with the lowest pass@1 over all items,
 named in its label; the paper's claim is that even it beats the baseline; the pass@1
-tables' "weakest member" is instead each column's minimum) and its mean (per item, the
+tables' "weakest member" is instead each column's minimum), its weakest student and weakest
+teacher (the claim read per role: teachers are never trained to answer) and its mean (per item, the
 share of members that passed; no McNemar test: it is not one model). Pairs: each model
 against the base model, and each population's weakest member and mean against each
 single-agent run's adapter.
@@ -25,6 +26,9 @@ from populora_core.metrics.stats import mcnemar_exact, paired_bootstrap, wilson
 
 ALL = "all items"
 WEAKEST = "weakest member"
+WEAKEST_OF = {"student": "weakest student", "teacher": "weakest teacher"}
+"""The weakest of each role (adapter ids start with their role): the held-out claim read for the
+students, who are trained to answer, and for the teachers, who are not, separately."""
 MEAN = "population mean"
 COLUMNS = ["a", "b", "benchmark", "n", "pass_a", "pass_b", "difference", "low", "high", "only_a", "only_b", "p_value"]
 
@@ -48,6 +52,11 @@ def model_adapters(label: str, scores: pd.DataFrame, with_base: bool) -> dict[st
         pooled = scores[members].mean()
         weakest = min(members, key=lambda m: (pooled[m], m))  # ties: the first id
         models[f"{label}: {WEAKEST} ({weakest})"] = weakest
+        for role in ("student", "teacher"):  # a teacher is never trained to answer: read each role
+            mine = [m for m in members if m.startswith(f"{role}-")]
+            if mine and len(mine) < len(members):
+                worst = min(mine, key=lambda m: (pooled[m], m))
+                models[f"{label}: {WEAKEST_OF[role]} ({worst})"] = worst
         models[f"{label}: {MEAN}"] = None
     return models
 
@@ -105,7 +114,8 @@ def paired_table(runs: Mapping[str, pd.DataFrame], single_agent: Sequence[str] =
         models |= run_models(label, results, with_base=k == 0)
     pairs = [(name, "base model") for name in models if name != "base model" and "base model" in models]
     for pop in (label for label in runs if label not in single_agent):
-        ours = [n for n in models if n.startswith((f"{pop}: {WEAKEST} (", f"{pop}: {MEAN}"))]
+        weakest = [f"{pop}: {w} (" for w in (WEAKEST, *WEAKEST_OF.values())]
+        ours = [n for n in models if n.startswith((*weakest, f"{pop}: {MEAN}"))]
         for single in single_agent:
             pairs += [(a, b) for a in ours for b in models if b.startswith(f"{single}: ")]
     rows = [
@@ -191,10 +201,12 @@ def paired_markdown(table: pd.DataFrame) -> str:
 
 def weakest_verdict(table: pd.DataFrame) -> dict[str, str]:
     """The held-out claim per (population, baseline) pair, read from the weakest member's
-    comparison over all items: "supports" when its interval is above 0, "contradicts"
-    when below, else "cannot tell"."""
+    comparison over all items, and from the weakest student's and the weakest teacher's
+    separately: "supports" when its interval is above 0, "contradicts" when below, else
+    "cannot tell"."""
     out = {}
-    weakest = table[table["a"].str.contains(f": {WEAKEST} (", regex=False) & (table["b"] != "base model")]
+    names = "|".join((WEAKEST, *WEAKEST_OF.values()))
+    weakest = table[table["a"].str.contains(f": ({names}) \\(", regex=True) & (table["b"] != "base model")]
     for (a, b), part in weakest.groupby(["a", "b"], sort=False):
         row = part[part["benchmark"] == ALL] if (part["benchmark"] == ALL).any() else part
         low, high = float(row["low"].iloc[0]), float(row["high"].iloc[0])

@@ -161,3 +161,19 @@ def problem_cells(
 def coverage(cells: Iterable[int], total: int) -> float:
     """Share of the ``total`` cells holding at least one problem."""
     return len({int(c) for c in cells if c >= 0}) / total
+
+
+RAREFIED_PROBLEMS = 8
+"""Valid problems a generation's coverage is rarefied to (``rarefied_cells``): the count the
+coverage slope compares generations at, so it does not rise with validity alone."""
+
+
+def rarefied_cells(cells: Sequence[int], m: int = RAREFIED_PROBLEMS) -> float:
+    """Expected distinct cells among ``m`` of ``cells`` (one per valid problem) drawn without
+    replacement: Σ_i [1 − C(N − N_i, m) / C(N, m)] over the cells i holding N_i of the N
+    problems (Hurlbert's rarefaction). NaN when fewer than ``m`` problems."""
+    counts = np.unique(np.asarray(cells, dtype=int), return_counts=True)[1]
+    n = int(counts.sum())
+    if n < m or m <= 0:
+        return float("nan")
+    return float(sum(1.0 - math.comb(n - k, m) / math.comb(n, m) for k in counts))

@@ -162,7 +162,7 @@ def test_report_renders_tables_and_code_as_html(data, tmp_path):
     assert change["window"] == 1 and change["first"]["n"] == 2 and change["last_generations"] == [2, 2]
     assert change["first"]["rate"] == 0.5 and change["last"]["rate"] == 0.0
     summary = written["summary"].read_text()
-    assert "- **hand-made: cannot tell** (arms race): oscillation p = " in summary  # with the statistics behind it
+    assert "- **hand-made: cannot tell** (arms race): cycle test p = " in summary  # with the statistics behind it
     assert "AST depth slope " in summary and "- *arms race*: The population's fresh solve rate oscillates" in summary
     assert "Held-out evaluation" not in written["summary"].read_text()  # none yet
 

@@ -10,6 +10,7 @@ import pytest
 
 from populora_core.analysis.claims import (
     claim_verdicts,
+    cycle_test,
     fresh_answers,
     oscillation_test,
     per_generation_rates,
@@ -18,6 +19,7 @@ from populora_core.analysis.claims import (
     window_change,
 )
 from populora_core.analysis.data import RunData, learning_curves
+from populora_core.metrics.dynamics import oscillation
 from populora_core.metrics.stats import cluster_rate, wilson
 from populora_core.rundir.run import RunDir
 
@@ -166,7 +168,7 @@ def _stats(single: bool, change=(0.0, -0.1, 0.1), trivial=(0.0, -0.1, 0.1), dept
         "fresh_window_change": {"difference": iv(change)},
         "trivial_change": {"identity_or_constant": {"difference": iv(trivial)}},
         "slopes": {"ast_depth": iv(depth), "coverage": iv(kw.get("coverage", (0.0, -0.1, 0.1)))},
-        "fresh_oscillation": {"p_value": kw.get("p", 0.5)},
+        "fresh_cycles": {"p_value": kw.get("p", 0.5), "period": 4.0},
     }
 
 
@@ -178,8 +180,36 @@ def test_the_verdict_rules_read_each_claim_from_its_intervals():
     assert claim_verdicts(_stats(True, change=down)) == {"collapse": "contradicts"}
     assert claim_verdicts(_stats(True, depth=up)) == {"collapse": "contradicts"}
     growing = {"depth": up, "coverage": up}
-    assert claim_verdicts(_stats(False, p=0.01, **growing), lag1=-0.4) == {"arms_race": "supports"}
-    assert claim_verdicts(_stats(False, p=0.01, **growing), lag1=0.4) == {"arms_race": "cannot tell"}
-    assert claim_verdicts(_stats(False, p=0.2, **growing), lag1=-0.4) == {"arms_race": "cannot tell"}
-    assert claim_verdicts(_stats(False, coverage=down), lag1=-0.4) == {"arms_race": "contradicts"}
-    assert claim_verdicts(_stats(False, p=0.01, depth=down, coverage=up), lag1=-0.4) == {"arms_race": "contradicts"}
+    assert claim_verdicts(_stats(False, p=0.01, **growing)) == {"arms_race": "supports"}
+    assert claim_verdicts(_stats(False, p=0.2, **growing)) == {"arms_race": "cannot tell"}
+    assert claim_verdicts(_stats(False, coverage=down)) == {"arms_race": "contradicts"}
+    assert claim_verdicts(_stats(False, p=0.01, depth=down, coverage=up)) == {"arms_race": "contradicts"}
+
+
+def _clustered_series(rng, means, problems: int = 8, g: int = 4, icc: float = 0.3) -> pd.DataFrame:
+    """Per generation, ``problems`` problems of ``g`` answers, each problem's rate drawn from a
+    Beta of mean ``means[t]`` and intra-problem correlation ``icc``."""
+    rows = []
+    for t, m in enumerate(means):
+        a, b = m * (1 / icc - 1), (1 - m) * (1 / icc - 1)
+        r = cluster_rate(rng.binomial(g, rng.beta(a, b, size=problems)), [g] * problems)
+        rows.append({"generation": t, "rate": r.rate, "se": r.se, "n": r.n})
+    return pd.DataFrame(rows)
+
+
+def test_the_cycle_test_sees_a_slow_cycle_the_lag1_rule_cannot():
+    """A swing with a period of 6 generations has a positive lag-1 autocorrelation, so the old
+    rule (p < 0.05 and lag-1 < 0) read it "cannot tell"; the cycle test finds it and its period,
+    and rejects a constant rate at about the nominal 5%."""
+    rng = np.random.default_rng(3)
+    means = [0.3 + 0.2 * np.sin(2 * np.pi * t / 6) for t in range(30)]
+    found, lag1 = [], []
+    for _ in range(50):
+        rates = _clustered_series(rng, means, problems=16)
+        found.append(cycle_test(rates))
+        lag1.append(oscillation(rates["rate"].tolist())["lag1_autocorr"])
+    assert np.mean([f["p_value"] < 0.05 for f in found]) > 0.8
+    assert np.median([f["period"] for f in found]) == 6.0 and np.mean(lag1) > 0
+    null = [cycle_test(_clustered_series(rng, [0.3] * 30))["p_value"] < 0.05 for _ in range(300)]
+    assert 0.0 <= np.mean(null) <= 0.08, np.mean(null)
+    assert np.isnan(cycle_test(_clustered_series(rng, [0.3] * 3))["p_value"])

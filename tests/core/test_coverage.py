@@ -111,3 +111,24 @@ def test_calibrated_sizes_keep_growing_where_the_old_scales_clipped(centroids):
     assert (new[2][1:] > new[1][1:]).all() and (new[1][1:] > new[0][1:]).all() and (new[2] < 1.0).all()
     assert (descriptor(IDENTITY, REFERENCE_CALIBRATION)[sizes] < 0.35).all()  # the seed program near the bottom
     assert len(set(problem_cells(grown, centroids, REFERENCE_CALIBRATION))) == 3  # growth still adds cells
+
+
+def test_rarefied_coverage_does_not_rise_with_validity_alone():
+    """Coverage counts cells among the valid programs, so it rises when more proposals are valid
+    though the teachers explore nothing new; rarefied to a fixed number of programs it does not:
+    8 or 32 programs drawn from the same 50 cells give ~8 and ~24 cells, but the same rarefied count."""
+    from populora_core.metrics.coverage import rarefied_cells
+
+    rng = np.random.default_rng(0)
+    few = [rng.integers(0, 50, size=8).tolist() for _ in range(2000)]
+    many = [rng.integers(0, 50, size=32).tolist() for _ in range(2000)]
+    assert np.mean([len(set(c)) for c in many]) > 2.5 * np.mean([len(set(c)) for c in few])
+    assert np.mean([rarefied_cells(c, 8) for c in many]) == pytest.approx(
+        np.mean([rarefied_cells(c, 8) for c in few]), abs=0.05
+    )
+    assert rarefied_cells([0, 0, 1, 1, 2, 2, 3, 3], 2) == pytest.approx(1 + 6 / 7)
+    assert rarefied_cells(list(range(8)), 4) == 4.0  # every program its own cell
+    assert np.isnan(rarefied_cells([0, 1, 2], 8))  # fewer programs than the rarefied count
+    cells = rng.integers(0, 6, size=20)  # Hurlbert's formula against drawing subsets
+    drawn = np.mean([len(set(rng.choice(cells, 5, replace=False))) for _ in range(20000)])
+    assert rarefied_cells(cells.tolist(), 5) == pytest.approx(drawn, abs=0.03)

@@ -106,3 +106,26 @@ def test_every_single_model_gets_its_pass_at_1_with_a_wilson_interval_and_its_it
     assert "| P: b | 0.750 [0.301, 0.954] | 0.000 [0.000, 0.390] | 0.300 [0.108, 0.603] |" in md
     uneven = model_intervals({"P": pop, "S": _results({"s": {"humanevalplus": [1, 0]}})})
     assert "| S: s | 0.500 [0.095, 0.905] (n = 2) | – | – |" in intervals_markdown(uneven)
+
+
+def test_the_held_out_claim_is_read_for_students_and_teachers_separately():
+    """A teacher is never trained to answer: when it is the weakest member, the claim about the
+    students (who are) must still be read, from the weakest student."""
+    pop = _results(
+        {
+            "teacher-g0000-0": {"humanevalplus": [0, 0, 0, 0, 0, 0, 0, 0]},  # the weakest member
+            "teacher-g0000-1": {"humanevalplus": [1, 1, 0, 0, 0, 0, 0, 0]},
+            "student-g0000-0": {"humanevalplus": [1, 1, 1, 1, 1, 1, 1, 1]},
+            "student-g0000-1": {"humanevalplus": [1, 1, 1, 1, 1, 1, 1, 0]},
+        }
+    )
+    baseline = _results({"agent-g0000-0": {"humanevalplus": [0, 0, 0, 0, 0, 0, 0, 0]}})
+    models = run_models("P", pop, with_base=False)
+    assert "P: weakest member (teacher-g0000-0)" in models
+    assert "P: weakest student (student-g0000-1)" in models and "P: weakest teacher (teacher-g0000-0)" in models
+    verdicts = weakest_verdict(paired_table({"P": pop, "S": baseline}, single_agent=["S"]))
+    assert verdicts["P: weakest member (teacher-g0000-0) vs S: agent-g0000-0"] == "cannot tell"
+    assert verdicts["P: weakest student (student-g0000-1) vs S: agent-g0000-0"] == "supports"
+    assert "P: weakest teacher (teacher-g0000-0) vs S: agent-g0000-0" in verdicts
+    # one role only (the single agent, or a run of students): no per-role rows
+    assert not any("weakest student" in m for m in run_models("S", baseline, with_base=False))
