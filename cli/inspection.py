@@ -81,10 +81,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     from populora_core.analysis.data import load_run
     from populora_core.analysis.report import write_report
+    from populora_core.experiment import is_experiment
     from populora_core.rundir.run import open_run
     from populora_core.tracking import log_report
 
     console = Console()
+    if len(args.runs) == 1 and is_experiment(args.runs[0]):
+        return _analyze_experiment(console, args.runs[0], args.out)
     try:
         data = [load_run(open_run(r, runs_dir(args)).root) for r in args.runs]
     except user_errors() as exc:
@@ -96,6 +99,21 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             console.print(f"[yellow]{line}")
     console.print(written["summary"].read_text().split("\n## ")[0])
     console.print(f"report: [bold]{written['html']}[/bold] (plots and summary.md beside it)")
+    return 0
+
+
+def _analyze_experiment(console, directory: str, out: str | None) -> int:
+    """Each run's statistics, each claim tested across seeds, the power the design had."""
+    from populora_core.experiment import write_experiment_report
+
+    try:
+        with console.status(f"reading the runs of experiment {directory}"):
+            written = write_experiment_report(directory, out)
+    except user_errors() as exc:
+        return error(console, exc)
+    text = Path(written["report"]).read_text()
+    console.print(text.split("\n## Per seed")[0], highlight=False, soft_wrap=True)
+    console.print(f"report: [bold]{written['report']}[/bold] (claims.json beside it)")
     return 0
 
 
@@ -171,4 +189,45 @@ def _evaluate(console, runs: list, settings: tuple, args: argparse.Namespace) ->
         console.print(f"results: {one['results']}\n")
     console.print(out["table"])
     console.print(f"comparison: {out['comparison']}\npaired comparisons: {out['paired']}")
+    return 0
+
+
+def cmd_crossplay(args: argparse.Namespace) -> int:
+    """Students of each generation against each generation's problems, replayed; the heatmap,
+    the two slopes and the matrix into ``<run>/crossplay/`` (or ``--out``)."""
+    import json
+
+    from rich.console import Console
+
+    from populora_core.crossplay import (
+        crossplay,
+        crossplay_report,
+        crossplay_statistics,
+        generations_of,
+        plot_crossplay,
+    )
+    from populora_core.engine import runtime_of
+    from populora_core.rundir.artifacts import write_text_atomic
+    from populora_core.rundir.run import open_run
+
+    console = Console()
+    try:
+        run = open_run(args.run, runs_dir(args))
+        generations = generations_of(run, args.every)
+        if len(generations) < 2:
+            return error(console, f"{run.root} has {len(generations)} complete generation(s) to cross-play; it needs 2")
+        out = Path(args.out) if args.out else run.root / "crossplay"
+        out.mkdir(parents=True, exist_ok=True)
+        runtime = runtime_of(run.config(), run.model_path)
+        frame = crossplay(run, runtime, generations, args.problems, out=out)
+    except user_errors() as exc:
+        return error(console, exc)
+    stats = crossplay_statistics(frame)
+    write_text_atomic(json.dumps(stats, indent=2), out / "crossplay.json")
+    write_text_atomic(crossplay_report(stats, run.run_id), out / "README.md")
+    plot_crossplay(stats, f"cross-play: {run.run_id}").savefig(out / "heatmap.png", dpi=120)
+    console.print((out / "README.md").read_text(), highlight=False, soft_wrap=True)
+    console.print(
+        f"cross-play: [bold]{out}[/bold] (README.md, heatmap.png, crossplay.json, the answers per generation)"
+    )
     return 0

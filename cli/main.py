@@ -8,7 +8,8 @@ from typing import get_args
 
 from cli.common import configure
 from cli.data import cmd_data, cmd_models, cmd_verify
-from cli.inspection import cmd_analyze, cmd_evaluate, cmd_runs, cmd_status
+from cli.experiment import cmd_experiment
+from cli.inspection import cmd_analyze, cmd_crossplay, cmd_evaluate, cmd_runs, cmd_status
 from cli.run import cmd_plan, cmd_prune, cmd_replay, cmd_resume, cmd_train
 from populora_core.config import DEFAULT_MODEL, DEFAULT_PRESET, PRESETS, SandboxBackendName, SandboxConfig
 
@@ -92,6 +93,22 @@ def _add_run_parsers(sub) -> None:
     replay.set_defaults(func=cmd_replay)
 
 
+def _add_experiment_parser(sub) -> None:
+    experiment = sub.add_parser(
+        "experiment",
+        help="run every (arm, seed) of an experiment file, registered before its first run",
+        description="Registers the experiment file (its SHA-256 and a copy, in <runs-dir>/<name>/) before any "
+        "run starts, then brings every (arm, seed) run to the experiment's generations, seed by seed; given the "
+        "file (unchanged) or the experiment directory again, it continues: complete runs are skipped, the others "
+        "resume. `populora analyze <experiment directory>` tests each claim across seeds.",
+    )
+    experiment.add_argument("file", help="experiment YAML file, or an experiment directory to continue")
+    experiment.add_argument("--parallel", type=int, default=1, help="runs at once (default 1; more for the Ray engine)")
+    _add_cluster(experiment)
+    _add_run_options(experiment)
+    experiment.set_defaults(func=cmd_experiment)
+
+
 def _add_plan_parser(sub) -> None:
     plan = sub.add_parser(
         "plan",
@@ -122,11 +139,27 @@ def _add_inspection_parsers(sub) -> None:
         description="A self-contained HTML report (plus PNG plots and summary.md) from run directories alone; "
         "several runs are drawn side by side.",
     )
-    analyze.add_argument("runs", nargs="+", help="run directories or ids")
+    analyze.add_argument(
+        "runs", nargs="+", help="run directories or ids, or one experiment directory (claims tested across seeds)"
+    )
     analyze.add_argument("--out", help="report directory (default <first run>/report)")
     _add_run_options(analyze)
     analyze.set_defaults(func=cmd_analyze)
     _add_evaluate_parser(sub)
+    crossplay = sub.add_parser(
+        "crossplay",
+        help="students of each generation against each generation's problems (a replay)",
+        description="The arms race shown as the field shows it: the students of generation i answer the valid "
+        "fresh problems of generation j (greedy, judged in the sandbox), from the run's stored adapters and "
+        "problems; nothing is retrained. Writes a heatmap, the matrix with Wilson intervals and two slopes with "
+        "bootstrap intervals (later students solve more; later teachers' problems are harder) to <run>/crossplay/.",
+    )
+    crossplay.add_argument("run", help="run directory or run id")
+    crossplay.add_argument("--every", type=int, default=1, help="every K-th generation (and the last; default 1)")
+    crossplay.add_argument("--problems", type=int, default=8, help="problems per teacher generation (default 8)")
+    crossplay.add_argument("--out", help="output directory (default <run>/crossplay)")
+    _add_run_options(crossplay)
+    crossplay.set_defaults(func=cmd_crossplay)
     runs = sub.add_parser("runs", help="list runs", description="The runs under a directory.")
     _add_run_options(runs)
     runs.set_defaults(func=cmd_runs)
@@ -200,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_parsers(sub)
+    _add_experiment_parser(sub)
     _add_plan_parser(sub)
     _add_inspection_parsers(sub)
     _add_prune_parser(sub)
