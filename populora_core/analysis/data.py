@@ -305,3 +305,77 @@ def learning_sentences(data: RunData) -> list[str]:
         verdict = "the intervals overlap" if overlap else "the intervals do not overlap"
         lines.append(f"{title}: {show(first)} → {show(last)}; {verdict}.")
     return lines
+
+
+def children_against_parents(data: RunData) -> pd.DataFrame:
+    """Per child evolution made: its rating after its first generation of matches against its
+    parents' at the same point (a parent no longer a member — culled, or a hall-of-fame
+    snapshot — at its last rating before the child was born). Columns: child_id, operator,
+    generation (the child's first), child_mu, parents_mu (mean), delta_mu, above_parents (the
+    child's μ − 3σ above its best parent's). Children not yet rated are left out."""
+    from populora_core.population.replacement import hall_entry_adapter
+
+    lineage, ratings = data["lineage"], data["ratings"]
+    rows = []
+    for r in lineage.itertuples(index=False):
+        born = int(r.generation) + 1
+        now = ratings[ratings["generation"] == born].set_index("adapter_id")
+        if r.child_id not in now.index:
+            continue
+        parents = []
+        for p in r.parents:
+            pid = hall_entry_adapter(p)
+            if pid in now.index:
+                parents.append((float(now.loc[pid, "mu"]), _conservative(now.loc[pid])))
+                continue
+            before = ratings[(ratings["adapter_id"] == pid) & (ratings["generation"] <= r.generation)]
+            if len(before):
+                last = before.sort_values("generation").iloc[-1]
+                parents.append((float(last["mu"]), _conservative(last)))
+        if not parents:
+            continue
+        child = now.loc[r.child_id]
+        parents_mu = float(np.mean([mu for mu, _ in parents]))
+        rows.append(
+            {
+                "child_id": r.child_id,
+                "operator": r.operator,
+                "generation": born,
+                "child_mu": float(child["mu"]),
+                "parents_mu": parents_mu,
+                "delta_mu": float(child["mu"]) - parents_mu,
+                "above_parents": _conservative(child) > max(c for _, c in parents),
+            }
+        )
+    columns = ["child_id", "operator", "generation", "child_mu", "parents_mu", "delta_mu", "above_parents"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _conservative(row) -> float:
+    return float(row["mu"]) - 3.0 * float(row["sigma"])
+
+
+def heldout_by_generation(data: RunData) -> pd.DataFrame:
+    """Held-out greedy pass@1 over all items of every generation `populora evaluate` judged
+    (standard protocol): the best, mean and worst member, the base model, and the items.
+    Empty when no generation was evaluated."""
+    from populora_core.inference.base import BASE
+
+    rows = []
+    for path in sorted((data.run.root / "eval").glob("gen_[0-9][0-9][0-9][0-9]/results.parquet")):
+        results = pd.read_parquet(path, columns=["adapter_id", "correct"])
+        per = results.groupby("adapter_id")["correct"].mean()
+        members = per.drop(BASE, errors="ignore")
+        if members.empty:
+            continue
+        rows.append(
+            {
+                "generation": int(path.parent.name.removeprefix("gen_")),
+                "best": float(members.max()),
+                "mean": float(members.mean()),
+                "worst": float(members.min()),
+                "base": float(per[BASE]) if BASE in per else float("nan"),
+                "items": int(results[results["adapter_id"] == members.index[0]].shape[0]),
+            }
+        )
+    return pd.DataFrame(rows, columns=["generation", "best", "mean", "worst", "base", "items"])

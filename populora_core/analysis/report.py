@@ -24,10 +24,12 @@ from populora_core.analysis.claims import format_interval as _iv
 from populora_core.analysis.claims import format_number as _num
 from populora_core.analysis.data import (
     RunData,
+    children_against_parents,
     complexity_trends,
     dynamics,
     hardest_problems,
     headline,
+    heldout_by_generation,
     learning_curves,
     learning_sentences,
     solve_rates,
@@ -108,6 +110,27 @@ def lineage_tree(data: RunData) -> list[str]:
     return [x for root in sorted(roots) for x in node(root, 0)]
 
 
+def _children_lines(data: RunData) -> list[str]:
+    """Per operator: its children's μ after their first generation of matches against their
+    parents' (``children_against_parents``)."""
+    kids = children_against_parents(data)
+    if kids.empty:
+        return []
+    lines = ["", "Children against their parents after their first generation of matches (TrueSkill μ):", ""]
+    lines += [
+        "| operator | children | μ − parents' μ: mean (min, max) | above every parent by μ − 3σ |",
+        "|---|---|---|---|",
+    ]
+    for op, part in kids.groupby("operator"):
+        d = part["delta_mu"]
+        named = f" ({OPERATOR_NAMES[op]})" if op in OPERATOR_NAMES else ""
+        lines.append(
+            f"| {op}{named} | {len(part)} | {d.mean():+.2f} ({d.min():+.2f}, {d.max():+.2f}) | "
+            f"{int(part['above_parents'].sum())} of {len(part)} |"
+        )
+    return lines
+
+
 def _examples(data: RunData) -> list[str]:
     rows = hardest_problems(data)
     if rows.empty:
@@ -166,7 +189,7 @@ def _evaluation_section(runs: Sequence[RunData]) -> list[str]:
     """The held-out comparison and its paired tests (``populora evaluate`` of several runs
     writes them under the first run's ``eval/``), from whichever run has them; then the same
     under the trained protocol (``eval/trained/``) where it was evaluated."""
-    lines: list[str] = []
+    lines: list[str] = _heldout_curve(runs)
     for protocol in PROTOCOLS:
         for data in runs:
             where = data.run.comparison_dir(protocol)
@@ -177,6 +200,26 @@ def _evaluation_section(runs: Sequence[RunData]) -> list[str]:
                     title, _, body = path.read_text().partition("\n")
                     lines += [f"**{title.lstrip('# ')}**", "", body.strip(), ""]
                 break
+    return lines
+
+
+def _heldout_curve(runs: Sequence[RunData]) -> list[str]:
+    """Held-out pass@1 against generation, per run that was evaluated at several generations."""
+    lines: list[str] = []
+    for data in runs:
+        curve = heldout_by_generation(data)
+        if len(curve) < 2:
+            continue
+        lines += [f"Held-out pass@1 by generation, {data.label} (all items, greedy):", ""]
+        lines += [
+            "| generation | best member | mean | worst member | base model | items |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in curve.itertuples(index=False):
+            lines.append(
+                f"| {r.generation} | {r.best:.3f} | {r.mean:.3f} | {r.worst:.3f} | {_num(r.base, '.3f')} | {r.items} |"
+            )
+        lines.append("")
     return lines
 
 
@@ -228,7 +271,7 @@ def summary_markdown(
         *_complexity_table(heads),
     ]
     for data in runs:
-        lines += ["", f"## {data.label}: lineage", "", *lineage_tree(data)]
+        lines += ["", f"## {data.label}: lineage", "", *lineage_tree(data), *_children_lines(data)]
         lines += ["", f"## {data.label}: hardest solved and unsolved problems", "", *_examples(data)]
     return "\n".join(lines)
 

@@ -192,3 +192,57 @@ def test_learning_sentences_say_first_and_last_with_intervals(data):
     drift = next(line for line in lines if line.startswith("drift"))
     assert "0% [0%, 66%] (n=2) at generation 0 → 50% [9%, 91%] (n=2) at generation 2" in drift
     assert drift.endswith("the intervals overlap.")  # two items each: no claim
+
+
+def test_each_child_is_compared_with_its_parents_after_its_first_matches(data):
+    """The per-operator table: a child's μ after its first generation of matches against its
+    parents' at the same point — a culled or hall-of-fame parent at its last rating."""
+    from populora_core.analysis.data import children_against_parents
+
+    lineage = pd.DataFrame(
+        {
+            "generation": [0, 1],
+            "child_id": ["t1", "t2"],
+            "parents": [["t0"], ["t1", "t0@g0001"]],
+            "operator": ["M4", "X3"],
+            "replaced_id": ["tx", "t0"],
+        }
+    )
+    ratings = pd.DataFrame(
+        {
+            "generation": [0, 1, 1, 2, 2],
+            "adapter_id": ["t0", "t0", "t1", "t1", "t2"],
+            "mu": [25.0, 26.0, 27.0, 28.0, 30.0],
+            "sigma": [2.0, 2.0, 3.0, 2.0, 2.5],
+        }
+    )
+    frames = {**data.frames, "lineage": lineage, "ratings": ratings}
+    kids = children_against_parents(RunData(data.run, "h", data.summaries, frames, data.population)).set_index(
+        "child_id"
+    )
+    assert kids.loc["t1", "delta_mu"] == 1.0 and not kids.loc["t1", "above_parents"]  # 27 − 9 < 26 − 6
+    # t2's parents: t1 at generation 2 (28), and t0 — culled after generation 1 — at its last rating (26)
+    assert kids.loc["t2", "parents_mu"] == 27.0 and kids.loc["t2", "delta_mu"] == 3.0
+    assert kids.loc["t2", "above_parents"] == (30.0 - 7.5 > 28.0 - 6.0)
+
+
+def test_held_out_pass_at_1_is_drawn_against_generation(data, tmp_path):
+    from populora_core.analysis.data import heldout_by_generation
+    from populora_core.analysis.report import summary_markdown
+
+    for g, passed in (
+        (0, {"__base__": [1, 0], "t0": [1, 0], "s0": [0, 0]}),
+        (2, {"__base__": [1, 0], "t0": [1, 1], "s0": [1, 0]}),
+    ):
+        out = tmp_path / "eval" / f"gen_{g:04d}"
+        out.mkdir(parents=True)
+        rows = [
+            {"adapter_id": a, "item_id": i, "correct": bool(ok)}
+            for a, oks in passed.items()
+            for i, ok in enumerate(oks)
+        ]
+        pd.DataFrame(rows).to_parquet(out / "results.parquet")
+    curve = heldout_by_generation(data).set_index("generation")
+    assert curve.loc[0, ["best", "mean", "worst", "base"]].tolist() == [0.5, 0.25, 0.0, 0.5]
+    assert curve.loc[2, ["best", "mean", "worst"]].tolist() == [1.0, 0.75, 0.5] and curve.loc[2, "items"] == 2
+    assert "| 2 | 1.000 | 0.750 | 0.500 | 0.500 | 2 |" in summary_markdown([data])
