@@ -67,13 +67,15 @@ def run_generation(run: RunDir, generation: int | None = None, until: str | None
     generation = run.next_generation() if generation is None else generation
     if run.is_complete(generation):
         return run.success(generation)
-    prepare(run, generation)
+    before = prepare(run, generation)
     started = time.time()
     names = stage_names()
     last = names.index(until) if until else len(names) - 1
-    records = {name: stage_task(name)(run, generation) for name in names[: last + 1]}
+    records = {}
+    for name in names[: last + 1]:  # each waits for the one before: the UI draws the table's chain
+        before = records[name] = stage_task(name)(run, generation, wait_for=[before])
     if until and until != names[-1]:
         return {"stopped_after": until, "stages": records}
     record = finish(run, generation, records, started)
-    sync_tracking(run)  # after _SUCCESS: a process killed in between is caught up by the next sync
+    sync_tracking(run, wait_for=[record])  # after _SUCCESS: a process killed in between is caught up next sync
     return record

@@ -125,6 +125,7 @@ def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
         "| μ | σ | μ − 3σ |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    skipped: list[str] = []  # long skip reasons go under the table, so its columns stay readable
     for adapter_id, r in summary["ratings"].items():
         solve = summary["solve_rate_per_student"].get(adapter_id)
         reward = summary["teacher_reward"].get(adapter_id)
@@ -136,13 +137,15 @@ def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
             "" if solve is None else f"{solve:.0%}",
             "" if reward is None else f"{reward:+.2f}",
             "" if valid is None else f"{valid:.0%}",
-            _update_cell(summary, adapter_id),
+            _update_cell(summary, adapter_id, skipped),
             _drift_cell(summary, adapter_id),
             f"{r['mu']:.2f}",
             f"{r['sigma']:.2f}",
             f"{r['conservative']:.2f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    if skipped:
+        lines += ["", "Skipped updates:", "", *skipped]
     lines += ["", *_dynamics_lines(summary)]
     if summary.get("probe_items"):
         lines += [
@@ -151,13 +154,20 @@ def summary_markdown(run: RunDir, generation: int, summary: dict) -> str:
             f"{pct(summary['drift_mean'])} of items on average; probe pass rate {pct(summary['probe_pass_rate'])} "
             f"(base {pct(summary['base_pass_rate'])}).",
         ]
-    means = ", ".join(f"{k} {summary[f'{k}_mean']:.1f}" for k in METRIC_NAMES)
+    means = ", ".join(f"{k} {number(summary[f'{k}_mean'], '.1f')}" for k in METRIC_NAMES)
     lines += ["", f"Complexity of valid proposals (means): {means}"]
     lines += [f"CVT coverage: {summary['coverage']:.1%} this generation, {summary['cumulative_coverage']:.1%} so far"]
     if summary["replaced"]:
         lines += ["", "Replaced: " + ", ".join(f"{old} → {new}" for old, new in summary["replaced"].items())]
-    lines += ["", "Artifacts:"]
-    lines += [f"- [{p.name}]({p.resolve().as_uri()})" for p in artifacts_in(run.gen(generation))]
+    # paths as text, not file:// links (a browser will not open a local file from the UI's page)
+    where = run.gen(generation).resolve()
+    names = [p.name for p in artifacts_in(run.gen(generation))]
+    lines += ["", f"Artifacts, in `{where}`: " + ", ".join(f"`{n}`" for n in names) + "."]
+    if names:
+        example = where / ("verdicts.parquet" if "verdicts.parquet" in names else names[0])
+        lines += [
+            f"Read one: `duckdb -c \"SELECT * FROM '{example}' LIMIT 20\"` or `pandas.read_parquet('{example}')`."
+        ]
     return "\n".join(lines)
 
 
@@ -184,28 +194,37 @@ def pct(value: float) -> str:
     return "–" if value != value else f"{value:.0%}"
 
 
+def number(value: float, fmt: str) -> str:
+    """``value`` in ``fmt``, or a dash for NaN (nothing to measure)."""
+    return "–" if value != value else format(value, fmt)
+
+
 def _drift_cell(summary: dict, adapter_id: str) -> str:
     """Share of probe items whose greedy answer left the base's, and the probe pass rate."""
     d = summary["drift"].get(adapter_id)
     return "" if d is None else f"{d['changed']:.0%} ({d['pass_rate']:.0%})"
 
 
-def _update_cell(summary: dict, adapter_id: str) -> str:
-    """‖ΔW' − ΔW‖/‖ΔW‖ of the adapter's update, or why it was skipped."""
+def _update_cell(summary: dict, adapter_id: str, notes: list[str]) -> str:
+    """‖ΔW' − ΔW‖/‖ΔW‖ of the adapter's update, or "skipped (n)" with the reason appended to
+    ``notes`` as note n."""
     update = summary["updates"].get(adapter_id)
     if update is None:
         return ""
-    return f"skipped: {update['skip_reason']}" if update["skip_reason"] else f"{update['delta_change']:.2%}"
+    if not update["skip_reason"]:
+        return f"{update['delta_change']:.2%}"
+    notes.append(f"{len(notes) + 1}. `{adapter_id}`: {update['skip_reason']}")
+    return f"skipped ({len(notes)})"
 
 
 def one_line(generation: int, summary: dict) -> str:
     """The live summary the CLI prints after each generation."""
     rewards = summary["teacher_reward"].values()
-    mean_reward = sum(rewards) / len(rewards) if rewards else float("nan")
+    mean_reward = number(sum(rewards) / len(rewards), "+.2f") if rewards else "–"
     return (
         f"gen {generation:>3} | valid {summary['valid_rate']:4.0%} | solved {summary['solve_rate']:4.0%} "
         f"(fresh {pct(summary['fresh_solve_rate']):>4}, "
-        f"format err {summary['format_error_rate']:4.0%}) | teacher reward {mean_reward:+.2f} | "
+        f"format err {summary['format_error_rate']:4.0%}) | teacher reward {mean_reward} | "
         f"updated {updated_count(summary)} | drift {pct(summary['drift_mean'])} | "
         f"coverage {summary['coverage']:.1%} (all {summary['cumulative_coverage']:.1%}) | "
         f"replaced {len(summary['replaced'])} | {summary['seconds']:.0f} s"

@@ -6,7 +6,9 @@ evolution after every generation), the bubblewrap sandbox and a real Prefect ser
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import shutil
 
 import pandas as pd
@@ -26,6 +28,7 @@ from populora_core.rundir.artifacts import (
 from populora_core.rundir.run import RunDir
 from populora_core.stages.evolve import rated as rated_members
 from populora_core.stages.table import TABLE, get_stage, stage_names
+from tasks.ui import artifact_key
 from tests.flows.conftest import GENERATIONS, TRAIN, assert_same_run, members, populora, prefect_runs, still_running
 
 
@@ -86,6 +89,28 @@ def test_every_artifact_is_present_schema_valid_and_consistent(reference_run):
         for adapter_id in nxt["adapter_id"]:
             assert (run.members_dir(g + 1) / adapter_id / "adapter_model.safetensors").is_file()
     assert partial_files(run.root) == []
+
+
+def test_the_ui_draws_the_stage_chain_and_the_generation_table_reads_well(reference_run, prefect_server):
+    """Each stage's task run waits for the one before (the Prefect graph draws the table's chain,
+    prepare first, tracking after finish); the generation's artifact has no NaN and no file://
+    link, and keeps long skip reasons out of its table."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    _, tasks, _ = prefect_runs(prefect_server, "reference")
+    gen0 = {t.name: t for t in tasks if t.name.endswith("-gen0")}
+    chain = ["prepare", *stage_names(), "finish"]
+    for earlier, later in itertools.pairwise(chain[:-1]):
+        waits = [i.id for i in gen0[f"{later}-gen0"].task_inputs.get("wait_for", [])]
+        assert waits == [gen0[f"{earlier}-gen0"].id], (later, waits)
+    with temporary_settings({PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}), get_client(sync_client=True) as c:
+        artifact = c.read_latest_artifacts()
+    texts = [a.data for a in artifact if a.key and a.key.startswith(artifact_key("reference", 0)[:12])]
+    assert texts
+    for text in texts:
+        assert not re.search(r"\bnan\b", text) and "file://" not in text and "Read one: `duckdb" in text
+        assert "| skipped: " not in text  # reasons under the table, as numbered notes
 
 
 def test_status_and_runs_commands_describe_the_run(reference_run, prefect_server):
