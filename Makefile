@@ -14,7 +14,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 OV_VENV := .venv-ov
 OV_STAMP := $(OV_VENV)/.installed
 
-.PHONY: run setup server server-stop deploy test test-slow lint system-deps dockerd dockerd-stop sandbox-image vllm-env ov-env bench bench-quick clean
+.PHONY: run setup server server-stop deploy test test-fast test-slow lint system-deps dockerd dockerd-stop sandbox-image vllm-env ov-env bench bench-quick clean
 
 ## run: set everything up, then the main job: a short real training run (cpu-small: the
 ## embedded Qwen2.5-Coder-0.5B, 4 teachers + 4 students, 2 generations) on the CPU
@@ -80,6 +80,13 @@ test: setup vllm-env
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	@set +e; $(BIN)/pytest -q -m "not slow"; rc=$$?; ./scripts/dockerd.sh stop; exit $$rc
+
+## test-fast: ruff and the tests that need no Docker engine, no vLLM and nothing marked slow or heavy
+## (no real model beyond tiny random ones, no Prefect server, no whole run): the change-test loop
+test-fast: setup
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q -m "not slow and not docker and not vllm and not heavy"
 
 ## test-slow: the tests marked slow (a SIGKILL during every stage; the paper run on Ray; a fresh vLLM server repeating seeded samples)
 test-slow: setup vllm-env

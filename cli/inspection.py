@@ -214,6 +214,8 @@ def cmd_crossplay(args: argparse.Namespace) -> int:
     try:
         run = open_run(args.run, runs_dir(args))
         generations = generations_of(run, args.every)
+        if args.problems < 1:
+            return error(console, f"--problems must be at least 1, got {args.problems}")
         if len(generations) < 2:
             return error(console, f"{run.root} has {len(generations)} complete generation(s) to cross-play; it needs 2")
         out = Path(args.out) if args.out else run.root / "crossplay"
@@ -222,6 +224,8 @@ def cmd_crossplay(args: argparse.Namespace) -> int:
         frame = crossplay(run, runtime, generations, args.problems, out=out)
     except user_errors() as exc:
         return error(console, exc)
+    if frame.empty:
+        return error(console, f"{run.root}: no valid fresh problem in generations {generations} to cross-play")
     stats = crossplay_statistics(frame)
     write_text_atomic(json.dumps(stats, indent=2), out / "crossplay.json")
     write_text_atomic(crossplay_report(stats, run.run_id), out / "README.md")

@@ -17,18 +17,22 @@ plays both parts against its own past.
   problems are harder for the same students; 95% intervals from a cluster bootstrap
   (problems resampled within their generation, their answers kept together).
 
-Each student generation's answers are kept in ``<run>/crossplay/student_gen_NNNN.parquet``
-(a killed replay loses at most one generation's).
+Each student generation's answers are kept in ``<run>/crossplay/student_gen_NNNN-<key>.parquet``
+(a killed replay loses at most one generation's; ``<key>`` names the problems per generation
+and the generations, so other settings never reuse them).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from populora_core.config import ConfigError
 from populora_core.rundir.artifacts import write_parquet_atomic
 from populora_core.rundir.run import RunDir
 from populora_core.seeding import numpy_generator
@@ -38,6 +42,8 @@ COLUMNS = ["student_gen", "student_id", "teacher_gen", "teacher_id", "problem_id
 
 def generations_of(run: RunDir, every: int = 1) -> list[int]:
     """The complete generations cross-played: every ``every``-th, the last always."""
+    if every < 1:
+        raise ConfigError(f"--every must be at least 1, got {every}")
     done = run.complete_generations()
     picked = [g for g in done if g % every == 0]
     return sorted({*picked, done[-1]}) if done else []
@@ -70,11 +76,16 @@ def crossplay(run: RunDir, runtime, generations: Sequence[int], problems: int, *
     from populora_core.problems.answering import greedy_verdicts
     from populora_core.problems.rows import row_problem
 
+    if problems < 1:
+        raise ConfigError(f"cross-play needs at least one problem per generation, got {problems}")
     config = run.config()
     sets = pd.concat([problems_of(run, j, problems) for j in generations], ignore_index=True)
+    key = hashlib.sha256(json.dumps([problems, list(generations)]).encode()).hexdigest()[
+        :8
+    ]  # other settings: other files
     frames = []
     for i in generations:
-        path = Path(out) / f"student_gen_{i:04d}.parquet"
+        path = Path(out) / f"student_gen_{i:04d}-{key}.parquet"
         if path.is_file():
             frames.append(pd.read_parquet(path))
             continue
@@ -156,7 +167,7 @@ def plot_crossplay(stats: dict, title: str):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cells = pd.DataFrame(stats["cells"])
+    cells = pd.DataFrame(stats["cells"], columns=["student_gen", "teacher_gen", "rate", "low", "high", "n"])
     rows, cols = sorted(cells["student_gen"].unique()), sorted(cells["teacher_gen"].unique())
     grid = np.full((len(rows), len(cols)), np.nan)
     fig, ax = plt.subplots(figsize=(1.1 * len(cols) + 2.5, 0.8 * len(rows) + 1.8))

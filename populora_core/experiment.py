@@ -48,6 +48,8 @@ EXPERIMENT_FILE = "experiment.json"
 """In an experiment directory: name, the registered file's SHA-256 and when it was registered."""
 REGISTERED_COPY = "experiment.yaml"
 """In an experiment directory: the file as it was registered."""
+ARMS_DIR = "arms"
+"""In an experiment directory: each arm's config file as it was registered (``<arm>.yaml``)."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
 
@@ -137,8 +139,29 @@ class Experiment(_Spec):
         return [(arm, seed) for seed in self.seeds for arm in self.arms]
 
 
+def registered_files(path: Path) -> dict[str, Path]:
+    """What an experiment's registration fixes: the file itself and every arm's config file
+    (name in the experiment directory → where it is now)."""
+    import yaml
+
+    path = Path(path)
+    files = {REGISTERED_COPY: path}
+    arms = (yaml.safe_load(path.read_text()) or {}).get("arms") or {}
+    for name, arm in sorted(arms.items()):
+        if isinstance(arm, dict) and arm.get("config"):
+            files[f"{ARMS_DIR}/{name}.yaml"] = (path.parent / arm["config"]).resolve()
+    return files
+
+
 def file_digest(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """SHA-256 of the experiment file and of every arm's config file, in a fixed order: a change
+    to any of them is a change of the experiment."""
+    h = hashlib.sha256()
+    for name, source in registered_files(Path(path)).items():
+        if not source.is_file():
+            raise ConfigError(f"{source} (arm config of {path}) does not exist")
+        h.update(name.encode() + b"\0" + source.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -165,12 +188,18 @@ def load_experiment(path: str | Path) -> Experiment:
     return spec
 
 
-def arm_settings(spec: Experiment, base: Path) -> dict[str, tuple[str | None, str | None, list[str]]]:
-    """arm → (preset, config file resolved against ``base``, overrides)."""
-    return {
-        name: (arm.preset, str((base / arm.config).resolve()) if arm.config else None, list(arm.set))
-        for name, arm in spec.arms.items()
-    }
+def arm_settings(
+    spec: Experiment, base: Path, directory: Path | None = None
+) -> dict[str, tuple[str | None, str | None, list[str]]]:
+    """arm → (preset, config file, overrides): the config file resolved against ``base`` (the
+    experiment file's folder), or, for a registered experiment (``directory``), its copy there."""
+
+    def config_of(name: str, arm: Arm) -> str | None:
+        if not arm.config:
+            return None
+        return str(directory / ARMS_DIR / f"{name}.yaml") if directory else str((base / arm.config).resolve())
+
+    return {name: (arm.preset, config_of(name, arm), list(arm.set)) for name, arm in spec.arms.items()}
 
 
 def register(path: str | Path, directory: Path) -> dict:
@@ -190,7 +219,9 @@ def register(path: str | Path, directory: Path) -> dict:
             )
         return record
     directory.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path.read_text(), directory / REGISTERED_COPY)
+    for name, source in registered_files(path).items():  # runs read these copies, never the originals
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(source.read_text(), directory / name)
     record = {
         "name": load_experiment(path).name,
         "sha256": digest,
@@ -222,9 +253,9 @@ def runs_dir_of(directory: Path) -> Path:
 
 
 def read_experiment(directory: str | Path) -> tuple[Experiment, dict[tuple[str, int], dict]]:
-    """(the registered experiment, (arm, seed) → ``run_statistics`` of each run that has a
-    complete generation); runs not started or without one are left out (the report says how
-    many were read)."""
+    """(the registered experiment, (arm, seed) → ``run_statistics`` of each run that reached the
+    experiment's generations); runs not started or still under way are left out (the report
+    says how many were read): a claim compares runs of the same length only."""
     from populora_core.analysis.claims import run_statistics
     from populora_core.analysis.data import load_run
     from populora_core.rundir.run import RunDir
@@ -233,7 +264,7 @@ def read_experiment(directory: str | Path) -> tuple[Experiment, dict[tuple[str, 
     stats = {}
     for arm, seed in spec.runs():
         run = RunDir(runs_dir_of(directory) / spec.run_id(arm, seed))
-        if run.exists() and run.complete_generations():
+        if run.exists() and run.next_generation() >= spec.generations:
             stats[(arm, seed)] = run_statistics(load_run(run.root, label=spec.run_id(arm, seed)))
     return spec, stats
 
@@ -277,7 +308,7 @@ def run_command(directory: Path, arm: str, seed: int, cluster: dict | None = Non
     where += [f"--address={cluster['address']}"] if cluster and cluster.get("address") else []
     if RunDir(runs / run_id).exists():
         return [*cli, "resume", str(runs / run_id), "--generations", str(spec.generations), *where]
-    preset, config, overrides = arm_settings(spec, Path(record["source"]).parent)[arm]
+    preset, config, overrides = arm_settings(spec, Path(record["source"]).parent, directory)[arm]
     args = [*cli, "train", "--run-id", run_id, "--runs-dir", str(runs), "--generations", str(spec.generations)]
     args += [f"--preset={preset}"] if preset else []
     args += [f"--config={config}"] if config else []

@@ -9,6 +9,17 @@ import pytest
 from populora_core.config import ProblemsConfig, SandboxConfig
 from populora_core.sandbox import SandboxPool, SandboxUnavailable
 
+FLOWS = os.path.join(os.path.dirname(__file__), "flows") + os.sep
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Every test of tests/flows is heavy (a real Prefect server and real runs): `make test`
+    runs it, `make test-fast` does not (docs/architecture.md#tests)."""
+    for item in items:
+        if str(item.fspath).startswith(FLOWS):
+            item.add_marker(pytest.mark.heavy)
+
+
 SECRET = "populora-test-secret-7f3a9c"
 # Set before any pool starts: the sandbox must not let programs read it.
 os.environ["POPULORA_TEST_SECRET"] = SECRET

@@ -224,9 +224,10 @@ def cycle_test(rates: pd.DataFrame, periods: tuple[float, float] = CYCLE_PERIODS
 
 def slopes(data: RunData) -> dict[str, dict]:
     """Per-generation slopes with 95% t intervals: mean complexity of the valid fresh
-    programs (each metric) and the calibrated CVT coverage of each generation's programs,
-    rarefied to ``RAREFIED_PROBLEMS`` valid programs (so validity alone cannot raise it;
-    ``coverage_raw``: the cells of every valid program, as before)."""
+    programs (each metric) and the calibrated CVT coverage of each generation's programs: the
+    expected cells among ``rarefied_to`` valid programs (``data.calibrated_coverage``; so validity
+    alone cannot raise it), per generation; ``coverage_raw``: the share of cells of every valid
+    program, as before."""
     trends = complexity_trends(data)
     out = {}
     for metric in COMPLEXITY:
@@ -234,6 +235,7 @@ def slopes(data: RunData) -> dict[str, dict]:
         out[metric] = asdict(slope_interval(part["generation"], part["mean"], autocorrelated=True))
     cov = calibrated_coverage(data)
     out["coverage"] = asdict(slope_interval(cov["generation"], cov["rarefied"], autocorrelated=True))
+    out["coverage"]["rarefied_to"] = int(cov["rarefied_to"].iloc[0]) if len(cov) else 0
     out["coverage_raw"] = asdict(slope_interval(cov["generation"], cov["coverage"], autocorrelated=True))
     return out
 
@@ -342,5 +344,6 @@ def claim_evidence(stats: dict) -> str:
         return f"fresh solve rate change {change}, identity-or-constant share change {trivial}, {depth}"
     cycles = stats["fresh_cycles"]
     p, period = format_number(cycles["p_value"], ".3g"), format_number(cycles["period"], ".1f")
-    coverage = iv(stats["slopes"]["coverage"], "+.4f")
-    return f"cycle test p = {p} (strongest period {period} generations), {depth}, coverage slope {coverage}/gen"
+    coverage = iv(stats["slopes"]["coverage"], "+.3f")
+    cycles_text = f"cycle test p = {p} (strongest period {period} generations)"
+    return f"{cycles_text}, {depth}, coverage slope {coverage} cells/gen (rarefied)"

@@ -13,7 +13,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from populora_core.metrics.coverage import REFERENCE_CALIBRATION, cvt_centroids, problem_cells, rarefied_cells
+from populora_core.metrics.coverage import (
+    RAREFIED_PROBLEMS,
+    REFERENCE_CALIBRATION,
+    cvt_centroids,
+    problem_cells,
+    rarefied_cells,
+)
 from populora_core.metrics.dynamics import oscillation, problem_triviality, solve_rates_by_source
 from populora_core.metrics.stats import Interval, cluster_rate, design_effect, mean_interval, wilson
 from populora_core.rundir.artifacts import ArtifactError
@@ -180,26 +186,30 @@ def calibrated_coverage(data: RunData, cells: int = 1024) -> pd.DataFrame:
     """Per generation: CVT coverage of the valid fresh programs under the reference calibration
     and one fixed archive (``cells`` centroids, seed 0), this generation and cumulative: the same
     yardstick for every run, whatever its own archive and scales were. ``rarefied``: the
-    expected distinct cells among ``RAREFIED_PROBLEMS`` of the generation's valid programs
-    (``metrics.coverage.rarefied_cells``; NaN with fewer), which, unlike ``coverage``, does not
-    rise just because more proposals were valid."""
+    expected distinct cells among ``rarefied_to`` of the generation's valid programs
+    (``metrics.coverage.rarefied_cells``), which, unlike ``coverage``, does not rise just because
+    more proposals were valid; ``rarefied_to`` is ``RAREFIED_PROBLEMS`` or the run's smallest
+    count of at least 2 valid programs in a generation (a generation with fewer: NaN)."""
     p = data["problems"]
     valid = p[(p["source"] == "fresh") & p["valid"]]
     found = problem_cells(list(valid["program"]), _reference_centroids(cells), REFERENCE_CALIBRATION)
     by_gen = pd.Series(found, index=valid["generation"].to_numpy())
+    per_gen = {g: [c for c in by_gen[by_gen.index == g].tolist() if c != -1] for g in data.generations}
+    sizes = [len(v) for v in per_gen.values() if len(v) >= 2]
+    m = min(RAREFIED_PROBLEMS, *sizes) if sizes else RAREFIED_PROBLEMS  # every generation with ≥ 2 counts
     rows, seen = [], set()
-    for g in data.generations:
-        mine = [c for c in by_gen[by_gen.index == g].tolist() if c != -1]
+    for g, mine in per_gen.items():
         seen |= set(mine)
         rows.append(
             {
                 "generation": g,
                 "coverage": len(set(mine)) / cells,
                 "cumulative_coverage": len(seen) / cells,
-                "rarefied": rarefied_cells(mine),
+                "rarefied": rarefied_cells(mine, m),
+                "rarefied_to": m,
             }
         )
-    return pd.DataFrame(rows, columns=["generation", "coverage", "cumulative_coverage", "rarefied"])
+    return pd.DataFrame(rows, columns=["generation", "coverage", "cumulative_coverage", "rarefied", "rarefied_to"])
 
 
 def _slope(y: np.ndarray, x: np.ndarray) -> float:
@@ -309,11 +319,11 @@ def learning_sentences(data: RunData) -> list[str]:
 
 def children_against_parents(data: RunData) -> pd.DataFrame:
     """Per child evolution made: its rating after its first generation of matches against its
-    parents' at the same point (a parent no longer a member — culled, or a hall-of-fame
-    snapshot — at its last rating before the child was born). Columns: child_id, operator,
+    parents' at the same point (a culled parent at its last rating before the child was born,
+    a hall-of-fame parent at the rating its snapshot was taken with). Columns: child_id, operator,
     generation (the child's first), child_mu, parents_mu (mean), delta_mu, above_parents (the
     child's μ − 3σ above its best parent's). Children not yet rated are left out."""
-    from populora_core.population.replacement import hall_entry_adapter
+    from populora_core.population.replacement import hall_entry_adapter, is_hall_entry
 
     lineage, ratings = data["lineage"], data["ratings"]
     rows = []
@@ -325,12 +335,15 @@ def children_against_parents(data: RunData) -> pd.DataFrame:
         parents = []
         for p in r.parents:
             pid = hall_entry_adapter(p)
-            if pid in now.index:
-                parents.append((float(now.loc[pid, "mu"]), _conservative(now.loc[pid])))
-                continue
-            before = ratings[(ratings["adapter_id"] == pid) & (ratings["generation"] <= r.generation)]
-            if len(before):
-                last = before.sort_values("generation").iloc[-1]
+            if is_hall_entry(p):  # the snapshot's rating: after the generation before the one it is named for
+                taken = int(p.rsplit("@g", 1)[1]) - 1
+                at = ratings[(ratings["adapter_id"] == pid) & (ratings["generation"] == taken)]
+            elif pid in now.index:
+                at = now.loc[[pid]]
+            else:  # culled meanwhile: its last rating before the child was born
+                at = ratings[(ratings["adapter_id"] == pid) & (ratings["generation"] <= r.generation)]
+            if len(at):
+                last = at.sort_values("generation").iloc[-1] if "generation" in at else at.iloc[-1]
                 parents.append((float(last["mu"]), _conservative(last)))
         if not parents:
             continue

@@ -49,6 +49,7 @@ class ClaimResult:
     statistic: str
     arms: tuple[str, ...]
     seeds: tuple[int, ...]
+    """The seeds whose runs were read in every arm of the claim."""
     estimate: float
     """One arm: the seeds' mean; two: first arm's mean − second's."""
     sd: float
@@ -100,13 +101,16 @@ def decide_claim(
     alpha: float,
     effect: float,
     power: float,
+    seeds: Sequence[int] | None = None,
 ) -> ClaimResult:
-    """One claim (``experiment.Claim``) over ``values`` (arm → the statistic per seed, NaNs
-    dropped)."""
+    """One claim (``experiment.Claim``) over ``values`` (arm → the statistic per seed, NaN for a
+    run not read, dropped; ``seeds``: the seeds in that order, default 0, 1, …)."""
     from scipy import stats
 
+    seeds = tuple(seeds) if seeds is not None else tuple(range(len(next(iter(values.values())))))
     arms = (claim.arm,) if claim.arm else tuple(claim.arms)
     xs = [np.asarray([v for v in values[a] if v == v], dtype=float) for a in arms]
+    used = tuple(s for s, *vs in zip(seeds, *(values[a] for a in arms), strict=True) if all(v == v for v in vs))
     n = min(len(x) for x in xs)
     nan = ClaimResult(name, claim.statistic, arms, (), float("nan"), float("nan"), float("nan"), "cannot tell",
                       float("nan"), None)  # fmt: skip
@@ -132,7 +136,7 @@ def decide_claim(
         claim=name,
         statistic=claim.statistic,
         arms=arms,
-        seeds=tuple(range(n)),
+        seeds=used,
         estimate=estimate,
         sd=sd,
         p_value=p,

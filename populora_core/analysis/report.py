@@ -156,7 +156,7 @@ def _claims_section(stats: Sequence[dict]) -> list[str]:
         "",
         "| run | fresh answers a generation: median (min–max) | fresh solve rate: first window → last | "
         "change (cluster-robust) | ICC, design effect | oscillation χ²/df (p) | cycles: p (period) | "
-        "AST depth slope/gen | Halstead slope/gen | coverage slope/gen (rarefied to 8 programs) | "
+        "AST depth slope/gen | Halstead slope/gen | coverage slope/gen (cells among k valid programs) | "
         "identity or constant: first → last (change) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -171,7 +171,7 @@ def _claims_section(stats: Sequence[dict]) -> list[str]:
             f"{_num(w['icc'], '.2f')}, {_num(w['design_effect'], '.2f')} | "
             f"{_num(osc['ratio'], '.2f')} ({_num(osc['p_value'], '.3g')}) | "
             f"{_num(cyc['p_value'], '.3g')} ({_num(cyc['period'], '.1f')}) | {_iv(sl['ast_depth'], '+.3f')} | "
-            f"{_iv(sl['halstead'], '+.2f')} | {_iv(sl['coverage'], '+.4f')} | "
+            f"{_iv(sl['halstead'], '+.2f')} | {_iv(sl['coverage'], '+.3f')} (k={sl['coverage'].get('rarefied_to')}) | "
             f"{_pct(triv['first']['value'])} → {_pct(triv['last']['value'])} ({_iv(triv['difference'], '+.2f')}) |"
         )
     lines.append("")

@@ -28,6 +28,7 @@ from populora_core.config.presets import (
     PRESETS,
     config_to_yaml,
     load_config,
+    load_run_config,
     parse_override,
     validate_config,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "TrackingConfig",
     "config_to_yaml",
     "load_config",
+    "load_run_config",
     "parse_override",
     "validate_config",
 ]

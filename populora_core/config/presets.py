@@ -184,6 +184,26 @@ def load_config(
     return validate_config(data, f"{path}" if path is not None else None)
 
 
+STORED_BEFORE_THEY_EXISTED: dict = {"evolution": {"grace_rounds": 0, "hall_of_fame": 0}}
+"""Settings a run's config.yaml lacks when it was written before they existed, with the value
+that reproduces how that run was made (no grace round, no hall of fame), so that its resume and
+replay recompute what it would have: ``load_run_config`` fills them in; a file that has them wins."""
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """A run directory's stored config.yaml (``STORED_BEFORE_THEY_EXISTED`` under it)."""
+    import yaml
+
+    path = Path(path)
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read the run configuration {path}: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path} must hold a mapping of settings, got {type(loaded).__name__}")
+    return validate_config(_merge(STORED_BEFORE_THEY_EXISTED, loaded), str(path))
+
+
 def validate_config(data: dict, source: str | None = None) -> RunConfig:
     """``data`` as a RunConfig; raises ConfigError naming every bad field (and ``source``)."""
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from populora_core.config.components import (
     EvolutionConfig,
@@ -261,16 +261,16 @@ class RunConfig(_Frozen):
         (``baseline.resolved``), so every stage reads the matched value from the one place."""
         if not isinstance(data, dict):
             return data
-        population, baseline = data.get("population") or {}, data.get("baseline") or {}
-        if not isinstance(population, dict) or not isinstance(baseline, dict):
-            return data  # not a mapping: the field validation names it
-        if not population.get("single_agent") or baseline.get("matching") != "total" or baseline.get("resolved"):
+        try:  # components given as models (RunConfig(population=...), model_copy) count too
+            population = PopulationConfig.model_validate(data.get("population") or {})
+            baseline = BaselineConfig.model_validate(data.get("baseline") or {})
+            budget = BudgetConfig.model_validate(data.get("budget") or {})
+            grpo = GRPOConfig.model_validate(data.get("grpo") or {})
+        except ValidationError:
+            return data  # the field validation that follows names the bad field
+        if not population.single_agent or baseline.matching != "total" or baseline.resolved:
             return data
-        defaults = BaselineConfig()
-        teachers = baseline.get("matched_teachers", defaults.matched_teachers)
-        students = baseline.get("matched_students", defaults.matched_students)
-        budget = BudgetConfig.model_validate(data.get("budget") or {})
-        grpo = GRPOConfig.model_validate(data.get("grpo") or {})
+        teachers, students = baseline.matched_teachers, baseline.matched_students
         return {
             **data,
             "budget": budget.model_copy(
@@ -280,7 +280,7 @@ class RunConfig(_Frozen):
                 }
             ).model_dump(),
             "grpo": grpo.model_copy(update={"minibatches": grpo.minibatches * (teachers + students)}).model_dump(),
-            "baseline": {**baseline, "resolved": True},
+            "baseline": baseline.model_copy(update={"resolved": True}).model_dump(),
         }
 
     def resources(self, stage: Literal["generation", "sandbox", "update"]) -> ResourceSpec:

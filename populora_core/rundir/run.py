@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from populora_core.config import ConfigError, RunConfig, config_to_yaml, load_config, validate_config
+from populora_core.config import ConfigError, RunConfig, config_to_yaml, load_run_config, validate_config
 from populora_core.population.adapters import (
     POPULATION_TABLE,
     Member,
@@ -203,7 +203,7 @@ class RunDir(RunLayout):
 
 @functools.lru_cache(maxsize=32)
 def _parse_config(config_file: str, mtime_ns: int) -> RunConfig:
-    return load_config(config_file)
+    return load_run_config(config_file)
 
 
 def default_runs_dir() -> Path:

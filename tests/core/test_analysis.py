@@ -221,8 +221,8 @@ def test_each_child_is_compared_with_its_parents_after_its_first_matches(data):
         "child_id"
     )
     assert kids.loc["t1", "delta_mu"] == 1.0 and not kids.loc["t1", "above_parents"]  # 27 − 9 < 26 − 6
-    # t2's parents: t1 at generation 2 (28), and t0 — culled after generation 1 — at its last rating (26)
-    assert kids.loc["t2", "parents_mu"] == 27.0 and kids.loc["t2", "delta_mu"] == 3.0
+    # t2's parents: t1 at generation 2 (28), and t0's snapshot taken for generation 1, rated after 0 (25)
+    assert kids.loc["t2", "parents_mu"] == 26.5 and kids.loc["t2", "delta_mu"] == 3.5
     assert kids.loc["t2", "above_parents"] == (30.0 - 7.5 > 28.0 - 6.0)
 
 

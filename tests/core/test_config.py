@@ -121,7 +121,7 @@ def test_total_matching_is_resolved_once_so_every_stage_reads_the_matched_budget
     buffer) sees them, and a stored config is not scaled again when it is read back."""
     import pandas as pd
 
-    from populora_core.config import config_to_yaml, load_config
+    from populora_core.config import ConfigError, config_to_yaml, load_config
     from populora_core.stages.play import _top_ups
 
     pop = load_config(preset="cpu-tiny")
@@ -146,6 +146,18 @@ def test_total_matching_is_resolved_once_so_every_stage_reads_the_matched_budget
     assert load_config(path) == total  # resolved once: reading it back does not scale it again
     per_adapter = load_config(preset="cpu-tiny-baseline")
     assert not per_adapter.baseline.resolved and per_adapter.budget == pop.budget
+    # components given as models are matched too, and a bad field is still named
+    from populora_core.config import BaselineConfig, PopulationConfig, RunConfig
+
+    agent = PopulationConfig(single_agent=True, teachers=1, students=1)
+    built = RunConfig(population=agent, baseline=BaselineConfig(matching="total"))
+    assert (
+        built.budget.proposals_per_teacher == RunConfig().budget.proposals_per_teacher * 4 and built.baseline.resolved
+    )
+    with pytest.raises(ConfigError, match=r"budget\.proposals_per_teacher"):
+        load_config(
+            preset="cpu-tiny-baseline", overrides=["baseline.matching=total", "budget.proposals_per_teacher=-1"]
+        )
 
 
 def test_a_config_that_leaves_teachers_without_a_signal_fails_naming_the_fields():

@@ -54,7 +54,7 @@ def test_the_file_is_registered_before_any_run_and_cannot_change_after(tmp_path)
     path = tmp_path / "e.yaml"
     path.write_text(TINY)
     record = register(path, tmp_path / "runs" / "tiny")
-    assert record["sha256"] == __import__("hashlib").sha256(TINY.encode()).hexdigest()
+    assert len(record["sha256"]) == 64 and (tmp_path / "runs" / "tiny" / "experiment.yaml").read_text() == TINY
     assert register(path, tmp_path / "runs" / "tiny") == record  # unchanged: the same record
     spec, _ = open_experiment(tmp_path / "runs" / "tiny")
     assert spec.runs()[:2] == [("population", 0), ("single", 0)]  # seed by seed
@@ -62,6 +62,24 @@ def test_the_file_is_registered_before_any_run_and_cannot_change_after(tmp_path)
     with pytest.raises(ConfigError, match="changed since experiment tiny was registered"):
         register(path, tmp_path / "runs" / "tiny")
     assert json.loads((tmp_path / "runs" / "tiny" / "experiment.json").read_text()) == record
+
+
+def test_an_arms_config_file_is_registered_with_the_experiment(tmp_path):
+    """The registration fixes every arm's config file too: the runs read the registered copy,
+    and a config changed after registration is refused like the experiment file."""
+    from populora_core.experiment import run_command
+
+    (tmp_path / "arm.yaml").write_text("population: {teachers: 2, students: 2}\n")
+    path = tmp_path / "e.yaml"
+    path.write_text(TINY.replace("{preset: cpu-tiny}", "{preset: cpu-tiny, config: arm.yaml}"))
+    directory = tmp_path / "runs" / "tiny"
+    register(path, directory)
+    assert (directory / "arms" / "population.yaml").read_text() == (tmp_path / "arm.yaml").read_text()
+    command = run_command(directory, "population", 1)
+    assert f"--config={directory / 'arms' / 'population.yaml'}" in command and "seed=1" in command
+    (tmp_path / "arm.yaml").write_text("population: {teachers: 2, students: 2}\nrewards: {wrong: 0.0}\n")
+    with pytest.raises(ConfigError, match="changed since experiment tiny was registered"):
+        register(path, directory)
 
 
 def test_claims_are_decided_over_seeds_with_the_power_of_the_design():
@@ -76,6 +94,9 @@ def test_claims_are_decided_over_seeds_with_the_power_of_the_design():
     far |= {("single", s): stats(0.2 + rng.normal(0, 0.05)) for s in spec.seeds}
     [result] = analyze_experiment(spec, far)
     assert result.verdict == "supports" and result.estimate < -0.4 and result.p_value < 0.01
+    assert result.seeds == (0, 1, 2)
+    partial = {k: v for k, v in far.items() if k != ("single", 1)}  # one run not read: its seed is out
+    assert analyze_experiment(spec, partial)[0].seeds == (0, 2)
     near = {k: stats(rng.normal(0, 0.2)) for k in far}
     [unclear] = analyze_experiment(spec, near)
     assert unclear.verdict == "cannot tell" and unclear.power < 0.8 and unclear.seeds_for_power > 3

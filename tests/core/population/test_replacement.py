@@ -156,7 +156,7 @@ def test_a_two_plus_two_population_crosses_over_through_the_evolve_stage(tmp_pat
     adapters = {m.adapter_id: random_adapter(i) for i, m in enumerate(members)}
     current = tmp_path / "population" / "gen_0000"
     save_population(current, 0, members, adapters)
-    operators = []
+    operators, hall_parents = [], []
     for g in range(4):
         updated = tmp_path / f"updated_{g}"
         for m in members:  # "training": the snapshot's adapters, as updated/ holds them
@@ -185,6 +185,34 @@ def test_a_two_plus_two_population_crosses_over_through_the_evolve_stage(tmp_pat
         for h in hall:
             assert (nxt / HALL_DIR / h.adapter_id / "adapter_model.safetensors").is_file()
         for row in lineage.itertuples():
-            assert not is_hall_entry(row.parents[0]) or not is_hall_entry(row.parents[-1])
+            assert not is_hall_entry(row.parents[0]) or not is_hall_entry(row.parents[-1])  # one is a member
+            hall_parents += [p for p in row.parents if is_hall_entry(p)]
         members, current = members_from_frame(pd.read_parquet(nxt / "population.parquet")), nxt
     assert any(op.startswith("X") for op in operators), operators
+    assert hall_parents  # a role of two crossed with its hall of fame
+
+
+def test_a_child_whose_first_parent_is_a_hall_entry_inherits_its_member_parents_buffer():
+    """A crossover's parents are ordered best first, so a hall-of-fame snapshot can come first;
+    the child's problem buffer still comes from its parent that is a member."""
+    from populora_core.rundir.artifacts import columns
+    from populora_core.stages.measure import next_buffers
+
+    config = load_config(preset="cpu-tiny")
+    row = {
+        "task_type": "code_o",
+        "program": "def f(a):\n    return a",
+        "inputs": ["1"],
+        "outputs": ["1"],
+        "message": "",
+    }
+    buffers = pd.DataFrame(
+        [{"teacher_id": t, "problem_id": f"{t}-p", **row, "added_generation": 0} for t in ("teacher-a", "teacher-b")]
+    )[columns("buffers")]
+    lineage = pd.DataFrame(
+        [{"child_id": "teacher-g0002-0", "parents": ["teacher-x@g0001", "teacher-a"], "operator": "X3"}]
+    )
+    problems = pd.DataFrame(columns=[*columns("problems"), "generation"]).astype({"valid": bool})
+    members = [Member("teacher-a", "teacher", 0, 25.0, 2.0), Member("teacher-g0002-0", "teacher", 2, 25.0, 3.0)]
+    out = next_buffers(buffers, problems, lineage, members, config, 1)
+    assert out.loc[out["teacher_id"] == "teacher-g0002-0", "problem_id"].tolist() == ["teacher-a-p"]
