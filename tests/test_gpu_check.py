@@ -57,6 +57,7 @@ def _missing_on_the_gpu_machine() -> set[str]:
     return brought - _installed_with(ON_THE_GPU_MACHINE)
 
 
+@pytest.mark.heavy  # a fresh venv-less interpreter run
 def test_gpu_check_runs_at_the_tiny_shape_and_imports_only_what_the_gpu_machine_has():
     missing_there = _missing_on_the_gpu_machine()
     assert "radon" in missing_there and "prefect" in missing_there and "scipy" in missing_there

@@ -41,6 +41,7 @@ def setup(tmp_path_factory):
     return backend, Trainer(trainer_model, tokenizer, CONFIG.population), members, adapters, root
 
 
+@pytest.mark.heavy  # the real SmolLM2, generation and an update
 def test_untrained_adapters_show_no_drift_and_an_update_does(setup, local_pool):
     backend, trainer, members, adapters, root = setup
     before = probe(members=members, backend=backend, pool=local_pool, config=CONFIG, generation=0)

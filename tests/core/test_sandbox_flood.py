@@ -46,6 +46,7 @@ def _flood(backend: str, workers: int, make_jobs: Callable) -> tuple:
     return tally, escapes, leaks
 
 
+@pytest.mark.heavy  # a soak of hostile programs, ~14 s
 @pytest.mark.parametrize("backend", ["local", pytest.param("docker", marks=pytest.mark.docker)])
 def test_a_flood_of_hostile_programs_is_contained(backend):
     kinds = list(flood.HOSTILE)

@@ -28,6 +28,7 @@ def test_results_come_back_in_order(local_pool):
     assert all(r.status == "ok" and r.seconds > 0 for r in results)
 
 
+@pytest.mark.heavy  # workers killed and hung on purpose, 7-13 s
 @pytest.mark.skipif(os.geteuid() != 0, reason="signals the sandbox uids' workers from the host (CI runs as root)")
 def test_no_job_is_lost_when_workers_die():
     pool = start_pool("local", workers=2, timeout_s=8.0)
@@ -50,6 +51,7 @@ def test_no_job_is_lost_when_workers_die():
     assert after.retries - before.retries == 4
 
 
+@pytest.mark.heavy  # workers killed and hung on purpose, 7-13 s
 @pytest.mark.skipif(os.geteuid() != 0, reason="signals the sandbox uids' workers from the host (CI runs as root)")
 @pytest.mark.parametrize("backend", ["local", pytest.param("docker", marks=pytest.mark.docker)])
 def test_hung_worker_is_replaced_and_job_retried_once(backend):

@@ -14,6 +14,8 @@ import pytest
 from populora_core.config import load_config
 from populora_core.sandbox import Job, SandboxPool
 
+pytestmark = pytest.mark.heavy  # a private Ray cluster, nodes killed: 5-30 s a test
+
 
 @pytest.fixture(scope="module")
 def private_ray():

@@ -27,6 +27,7 @@ def _canonical(item) -> str:
     return p["prompt"] + p["canonical_solution"]
 
 
+@pytest.mark.heavy  # every item of a benchmark in the sandbox
 @pytest.mark.parametrize("benchmark", ["humaneval", "humanevalplus", "mbpp"])
 def test_canonical_solutions_pass_and_wrong_ones_fail(benchmark, eval_pool):
     items = load_benchmark(benchmark, DATA)
@@ -42,6 +43,7 @@ def test_canonical_solutions_pass_and_wrong_ones_fail(benchmark, eval_pool):
     assert judge(items[:3], ["no code at all"] * 3, eval_pool) == [(False, "no answer found")] * 3
 
 
+@pytest.mark.heavy  # every item of a benchmark in the sandbox
 @pytest.mark.parametrize("mode", ["o", "i"])
 def test_cruxeval_gold_answers_score_100_percent(mode, eval_pool):
     items = load_benchmark(f"cruxeval_{mode}", DATA)
@@ -57,6 +59,7 @@ def test_cruxeval_gold_answers_score_100_percent(mode, eval_pool):
     assert not any(ok for ok, _ in judge(items[:50], wrong, eval_pool))
 
 
+@pytest.mark.heavy  # every item of a benchmark in the sandbox
 def test_gsm8k_and_math500_gold_answers_score_100_percent(eval_pool):
     gsm = load_benchmark("gsm8k", DATA)
     assert len(gsm) == 1319

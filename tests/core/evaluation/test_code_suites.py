@@ -44,6 +44,7 @@ def test_mbppplus_canonical_solutions_pass_and_wrong_ones_fail(eval_pool):
     assert judge(sample[:2], ["no code"] * 2, eval_pool) == [(False, "no answer found")] * 2
 
 
+@pytest.mark.heavy  # every MBPP+ item, ~70 s
 @pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not at {DATA}")
 def test_every_mbppplus_canonical_solution_passes(eval_pool):
     items = load_benchmark("mbppplus", DATA)

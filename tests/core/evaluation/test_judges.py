@@ -67,6 +67,7 @@ def _canonical_and_entry(item) -> tuple[str, str]:
     return item.data["reference"], next(n for n in names if f"{n}(" in item.data["asserts"])
 
 
+@pytest.mark.heavy  # every item of a benchmark in the sandbox
 @pytest.mark.parametrize("benchmark", ["humaneval", "humanevalplus", "mbpp", "mbppplus"])
 def test_every_canonical_solution_with_its_outputs_changed_fails(benchmark, eval_pool):
     items = load_benchmark(benchmark, DATA)
@@ -77,6 +78,7 @@ def test_every_canonical_solution_with_its_outputs_changed_fails(benchmark, eval
     assert {v.failure for v in verdicts} <= set(CODE)
 
 
+@pytest.mark.heavy  # every item of a benchmark in the sandbox
 @pytest.mark.parametrize("benchmark", ["humanevalplus", "mbppplus"])
 def test_single_edit_mutants_that_fail_the_original_tests_fail_the_judge(benchmark, eval_pool):
     items = [replace(i, data=i.data | {"timeout_s": SECONDS}) for i in load_benchmark(benchmark, DATA)]

@@ -85,7 +85,7 @@ class _Run(RunLayout):
     def config(self) -> SimpleNamespace:
         return SimpleNamespace(population=SimpleNamespace(single_agent=self.single_agent))
 
-    def adapter_dirs(self, generation: int) -> dict[str, Path]:
+    def trained_adapter_dirs(self, generation: int) -> dict[str, Path]:
         return {name: self.root / name for name in ("a", "b")}
 
 

@@ -163,6 +163,7 @@ def smollm_sampled(tmp_path_factory):
     return trainer, adapters, by_adapter
 
 
+@pytest.mark.heavy  # the real SmolLM2 samples
 @pytest.mark.parametrize("old", ["sampler", "learner"])
 def test_hf_samples_are_scored_by_the_learner_within_1e_4_in_fp32(smollm_sampled, old):
     """The HF backend's sampled tokens and log-probs (KV-cached decode, left padding, mixed
