@@ -18,6 +18,15 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs-dir", help="where runs live (default ./runs or $POPULORA_RUNS)")
 
 
+def _add_foreground(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--foreground",
+        action="store_true",
+        help="train in this process, not a supervised child (so `python -m pdb -m cli train --foreground ...` "
+        "or a breakpoint() in a stage is reached; a SIGKILL is then not recorded)",
+    )
+
+
 def _add_set(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--set",
@@ -55,6 +64,7 @@ def _add_run_parsers(sub) -> None:
     train.add_argument("--generations", type=int, help="total generations (default: the config's `generations`)")
     train.add_argument("--run-id", help="name of the run directory (default <preset>-<time>-<random>)")
     _add_cluster(train)
+    _add_foreground(train)
     _add_run_options(train)
     train.set_defaults(func=cmd_train)
 
@@ -74,6 +84,7 @@ def _add_run_parsers(sub) -> None:
         "`populora status` names a damaged one); repeatable",
     )
     _add_cluster(resume)
+    _add_foreground(resume)
     _add_run_options(resume)
     resume.set_defaults(func=cmd_resume)
 

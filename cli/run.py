@@ -17,11 +17,13 @@ def run_training(
     *,
     checked: bool = False,
     verbose: bool = False,
+    foreground: bool = False,
 ) -> int:
     """Runs the train flow on ``run`` in a supervised child process (``cli.supervise``: a
-    SIGKILL is recorded and explained), which takes the run's lock; a run another process
-    works on, or one whose memory plan does not fit (unless ``checked`` already), fails here
-    first, in one line, before any flow starts."""
+    SIGKILL is recorded and explained), which takes the run's lock, or with ``foreground`` in
+    this process (so `python -m pdb` or a ``breakpoint()`` in a stage is reached); a run another
+    process works on, or one whose memory plan does not fit (unless ``checked`` already), fails
+    here first, in one line, before any flow starts."""
     from cli.supervise import supervise
 
     try:
@@ -38,7 +40,7 @@ def run_training(
         console.print(f"generation {run.next_generation()}: {end.describe()}", soft_wrap=True)
     console.print(f"run directory: [bold]{run.root}[/bold]")
     call = {"run": str(run.root), "generations": generations, "recompute": recompute, "cluster": cluster}
-    status = supervise(console, run, call | {"verbose": verbose})
+    status = supervise(console, run, call | {"verbose": verbose, "foreground": foreground})
     if status != 0:
         return status
     console.print(generations_table(run))
@@ -148,7 +150,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         run = create_run(runs_dir(args), config, run_id=args.run_id, preset=preset)
     except user_errors() as exc:
         return error(console, exc)
-    return run_training(console, run, args.generations, checked=True, verbose=args.verbose)
+    return run_training(console, run, args.generations, checked=True, verbose=args.verbose, foreground=args.foreground)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -166,7 +168,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
     except user_errors() as exc:
         return error(console, exc)
     return run_training(
-        console, run, args.generations, recompute=args.recompute, cluster=settings, verbose=args.verbose
+        console,
+        run,
+        args.generations,
+        recompute=args.recompute,
+        cluster=settings,
+        verbose=args.verbose,
+        foreground=args.foreground,
     )
 
 

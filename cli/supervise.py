@@ -39,7 +39,7 @@ def supervise(console, run, call: dict) -> int:
     dies of the same signal."""
     from populora_core.rundir.lock import process_command
 
-    if os.environ.get(CHILD_ENV):
+    if os.environ.get(CHILD_ENV) or call.get("foreground"):  # `--foreground`: a debugger reaches the stages
         return train_here(call)
     argv = [sys.executable, "-P", "-m", "cli.supervise", json.dumps(call)]  # -P: not the cwd's `cli`
     _become_subreaper()

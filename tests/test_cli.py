@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}
@@ -131,3 +133,31 @@ def test_a_command_waits_for_a_slow_ephemeral_prefect_server():
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert int(proc.stdout.strip()) == 180
+
+
+@pytest.mark.heavy  # a real run of cpu-tiny up to its first stage (~30 s)
+def test_a_breakpoint_in_a_stage_is_reached_from_the_documented_command(tmp_path):
+    """`python -m pdb -m cli train --foreground ...` (docs/architecture.md#from-the-command-to-the-loss)
+    stops in the pair stage's function, with the generation in scope."""
+    import ast
+    import inspect
+
+    from populora_core.stages import play
+
+    fn = next(n for n in ast.parse(inspect.getsource(play)).body if isinstance(n, ast.FunctionDef) and n.name == "pair")
+    line = fn.body[1].lineno  # the first statement after the docstring
+    commands = f"break {inspect.getsourcefile(play)}:{line}\ncontinue\np ('at pair, generation', generation)\nquit\n"
+    args = ["train", "--preset", "cpu-tiny", "--generations", "1", "--run-id", "dbg", "--runs-dir", str(tmp_path)]
+    env = {**os.environ, "COLUMNS": "200", "HF_HUB_OFFLINE": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pdb", "-m", "cli", *args, "--foreground"],
+        input=commands,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
+    )
+    out = proc.stdout + proc.stderr
+    assert f"play.py({line})pair()" in out and "('at pair, generation', 0)" in out, out[-3000:]

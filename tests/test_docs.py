@@ -114,3 +114,21 @@ def test_nothing_points_outside_the_repository():
         for number, line in enumerate(text.splitlines(), 1):
             found += [f"{relative}:{number}: {word}" for word in OUTSIDE if word in line]
     assert not found, "\n".join(found)
+
+
+def test_the_hops_from_the_command_to_the_loss_name_existing_functions():
+    """docs/architecture.md's numbered trip from `populora train` to the loss and to evolution:
+    at most 12 hops, each naming a file that defines the function named beside it."""
+    import ast
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## From the command to the loss", 1)[1].split("\n## ", 1)[0]
+    hops = re.findall(r"^\d+\. `([\w/]+\.py)` `(\w+)`", section, flags=re.M)
+    assert 8 <= len(hops) <= 12, hops
+    named = re.findall(r"`([\w/]+\.py)` `(\w+)`", section)
+    for path, function in named:
+        file = ROOT / path if (ROOT / path).is_file() else ROOT / "populora_core" / path
+        assert file.is_file(), path
+        defined = {n.name for n in ast.walk(ast.parse(file.read_text())) if isinstance(n, ast.FunctionDef)}
+        assert function in defined, f"{path} defines no {function}()"
