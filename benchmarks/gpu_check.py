@@ -24,8 +24,12 @@ the project's own code on them:
 It imports only torch, transformers, peft, pandas and the project's generation, update,
 evolution and shape modules (a test checks this), and prints one final JSON line.
 
-    python benchmarks/gpu_check.py                 # 7B shapes, bf16, on cuda (minutes)
+    python benchmarks/gpu_check.py                 # 7B shapes, bf16, on cuda (minutes); refuses the CPU
     python benchmarks/gpu_check.py --tiny          # a tiny model of the same family, on CPU
+
+It runs from any directory with only torch, transformers, peft, pandas and pyarrow installed
+(it puts the repository on ``sys.path`` itself). Without a GPU it stops at once and says why
+(no driver, or one older than the CUDA 13 build of torch needs).
 
 The tokenizer is a stand-in (``StandInTokenizer``): there are no tokenizer files on
 such a machine, and the figures depend only on token counts.
@@ -37,11 +41,15 @@ import argparse
 import json
 import math
 import resource
+import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: run from anywhere, not installed
 
 from populora_core.engine.shapes import KNOWN_SHAPES, ModelShape
 from populora_core.inference.base import BASE, GenerationRequest, SamplingParams
@@ -241,10 +249,50 @@ def update(args, shape: dict, adapter: LoraAdapter, trainer: Trainer, checkpoint
     }
 
 
+CUDA13_DRIVER = 580
+"""The oldest NVIDIA driver branch the registry's torch 2.13 (CUDA 13) runs on."""
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version (``nvidia-smi``, else /proc/driver/nvidia/version), or None."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout.split()  # fmt: skip
+        if out:
+            return out[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    found = [w for w in text.split() if w[:1].isdigit() and "." in w]
+    return found[0] if found else None
+
+
+def why_no_gpu() -> str:
+    """Why torch sees no GPU, in one line: no driver, a driver too old for CUDA 13, or another cause."""
+    version, built = driver_version(), torch.version.cuda
+    if built is None:
+        return f"torch {torch.__version__} is a CPU build: install the CUDA one on the GPU node (docs/gpu.md)"
+    if version is None:
+        return f"no NVIDIA driver found (nvidia-smi, /proc/driver/nvidia/version); torch is built for CUDA {built}"
+    major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0
+    if built and built.startswith("13") and major < CUDA13_DRIVER:
+        return (
+            f"the NVIDIA driver {version} is older than CUDA 13 needs (>= {CUDA13_DRIVER}), and torch "
+            f"{torch.__version__} is built for CUDA {built}: upgrade the driver, or install the CUDA 12 builds "
+            "of torch and vLLM (docs/gpu.md#drivers)"
+        )
+    return f"torch {torch.__version__} (CUDA {built}) sees no GPU with driver {version}: is CUDA_VISIBLE_DEVICES empty?"
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="a tiny model of the same family, on CPU (CI)")
-    ap.add_argument("--device", default=None, help="default: cuda where available, else cpu")
+    ap.add_argument("--device", default=None, help="default: cuda (refused without a GPU); with --tiny, cpu")
     ap.add_argument("--adapters", type=int, default=8)
     ap.add_argument("--rank", type=int, default=32)
     ap.add_argument("--rows", type=int, default=64, help="rows decoded together")
@@ -259,7 +307,10 @@ def main(argv=None) -> None:
     if args.tiny:
         args.rows, args.prompt, args.new_tokens, args.completion, args.sequences, args.rank = 16, 24, 8, 8, 4, 4
         args.group, args.probe_items = 2, 2
-    args.device = args.device or ("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
+    args.device = args.device or ("cpu" if args.tiny else "cuda")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        log(f"refusing to run the 7B check on the CPU (hours in float32): {why_no_gpu()}")
+        raise SystemExit(2)
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     shape = TINY if args.tiny else QWEN_CODER_7B
     started = time.perf_counter()

@@ -176,7 +176,7 @@ def _resolve_hub(repo_id: str) -> Path:
         hint = "it is not in the local Hugging Face cache and HF_HUB_OFFLINE=1" if offline else str(exc)[:200]
         raise ModelUnavailable(
             f"hub model {repo_id!r} is unavailable: {hint}. Download it where you are online "
-            "(`huggingface-cli download ...`), or use an embedded model or a local directory"
+            "(`hf download ...`), or use an embedded model or a local directory"
         ) from None
 
 

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages PopuLoRA needs (bubblewrap for the local sandbox,
 # docker.io for the docker sandbox, Debian's python3.11 as the interpreter inside
-# both). Does nothing when they are already there.
+# both, python3.11-venv where that python cannot make a venv). Does nothing when they are
+# already there.
 set -euo pipefail
 need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 [ -x /usr/bin/python3.11 ] || need+=(python3.11)
+# a stock Debian/Ubuntu python3.11 makes no venv without it (`make` would stop at `python3.11 -m venv`)
+python3.11 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3.11-venv)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

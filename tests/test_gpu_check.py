@@ -22,8 +22,11 @@ RUN = """
 import json, runpy, sys
 for name in json.loads(sys.argv[1]):
     sys.modules[name] = None  # import fails, importlib.util.find_spec answers None
-sys.argv = ["gpu_check.py", "--tiny"]
-runpy.run_path("benchmarks/gpu_check.py", run_name="__main__")
+# the project is not installed there: drop this venv's editable-install finder, and run from elsewhere
+sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
+sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+script, sys.argv = sys.argv[2], ["gpu_check.py", *json.loads(sys.argv[3])]
+runpy.run_path(script, run_name="__main__")
 print(json.dumps(sorted({name.split(".")[0] for name, module in sys.modules.items() if module is not None})))
 """
 
@@ -58,20 +61,13 @@ def _missing_on_the_gpu_machine() -> set[str]:
 
 
 @pytest.mark.heavy  # a fresh venv-less interpreter run
-def test_gpu_check_runs_at_the_tiny_shape_and_imports_only_what_the_gpu_machine_has():
+def test_gpu_check_runs_at_the_tiny_shape_and_imports_only_what_the_gpu_machine_has(tmp_path):
     missing_there = _missing_on_the_gpu_machine()
     assert "radon" in missing_there and "prefect" in missing_there and "scipy" in missing_there
     distributions = packages_distributions()
     blocked = sorted(m for m, dists in distributions.items() if {_canonical(d) for d in dists} & missing_there)
     assert "scipy" in blocked and "prefect" in blocked
-    result = subprocess.run(
-        [sys.executable, "-c", RUN, json.dumps(blocked)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    result = _gpu_check(blocked, ["--tiny"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     figures_line, modules_line = result.stdout.strip().splitlines()[-2:]
     figures = json.loads(figures_line)
@@ -89,3 +85,29 @@ def test_gpu_check_runs_at_the_tiny_shape_and_imports_only_what_the_gpu_machine_
     imported = {module: {_canonical(d) for d in distributions.get(module, [])} for module in json.loads(modules_line)}
     foreign = {module: dists for module, dists in imported.items() if dists & missing_there}
     assert not foreign, f"gpu_check imports packages a GPU machine lacks: {foreign}"
+
+
+def _gpu_check(blocked: list[str], args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """benchmarks/gpu_check.py run from ``cwd`` (outside the repository), ``blocked`` modules
+    unimportable and the project not installed: it must find its own modules."""
+    script = str(REPO / "benchmarks" / "gpu_check.py")
+    return subprocess.run(
+        [sys.executable, "-c", RUN, json.dumps(blocked), script, json.dumps(args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_gpu_check_refuses_the_cpu_and_says_why(tmp_path):
+    """Without --tiny it is the 7B check on a GPU: on a machine torch sees no GPU on, it stops at
+    once (exit 2) with the reason, instead of hours of float32 on the CPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    result = _gpu_check([], [], cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "refusing to run the 7B check on the CPU" in result.stderr and "CPU build" in result.stderr

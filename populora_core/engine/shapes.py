@@ -144,7 +144,7 @@ def model_shape(name: str) -> ModelShape:
 
         raise ConfigError(
             f"no config.json for model {name!r} on this machine and no built-in shape for it: put the model in "
-            f"the Hugging Face cache (huggingface-cli download {name} config.json) to plan its memory"
+            f"the Hugging Face cache (hf download {name} config.json) to plan its memory"
         )
     return ModelShape.from_config(cfg)
 
