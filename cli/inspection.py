@@ -32,7 +32,21 @@ def cmd_status(args: argparse.Namespace) -> int:
         if st.stopped:
             console.print(f"generation {st.next_generation}: {st.stopped.describe()}", soft_wrap=True)
     console.print(generations_table(run, wide=args.wide))
+    console.print(storage_lines(run), soft_wrap=True)
     return 0
+
+
+def storage_lines(run) -> str:
+    """The retention policy, what it kept and pruned, the run's size and the disk's free space."""
+    import shutil
+
+    from populora_core.rundir import storage
+
+    policy = run.config().storage
+    size = storage.unique_bytes([run.root])
+    free = shutil.disk_usage(run.root).free
+    line = storage.retention_line(run, policy.keep_last, policy.keep_every)
+    return f"{line}\ndisk: the run holds {size / 2**30:.2f} GiB; {free / 2**30:.1f} GiB free"
 
 
 def _artifact_of(key: str) -> tuple[int, str]:

@@ -34,6 +34,7 @@ def run_training(
                 config = config.model_copy(update={"cluster": config.cluster.model_copy(update=cluster)})
             check_fits(console, config)
         warn_cpu_memory(console, run, cluster)
+        warn_disk(console, run)
     except user_errors() as exc:
         return error(console, exc)
     if (end := run.last_attempt(run.next_generation())) is not None:
@@ -57,6 +58,18 @@ def check_fits(console, config) -> None:
     plan = machine_plan(config)
     if plan is not None:
         console.print(format_plan(config, plan), highlight=False, soft_wrap=True)
+
+
+def warn_disk(console, run) -> None:
+    """Warns, before the run starts, when its filesystem has less free space than the next
+    ``storage.warn_generations`` generations need (the newest generation's bytes, or for a new
+    run twice its adapters: the updated copies and the next snapshot)."""
+    from populora_core.rundir import storage
+
+    done = run.complete_generations()
+    per = run.success(done[-1]).get("bytes_written", 0) if done else 2 * storage.unique_bytes([run.members_dir(0)])
+    for line in storage.space_warnings(run, run.config().storage.warn_generations, per):
+        console.print(f"[yellow]{line}", soft_wrap=True)
 
 
 def warn_cpu_memory(console, run, cluster: dict | None = None) -> None:

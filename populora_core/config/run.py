@@ -157,6 +157,16 @@ class StorageConfig(_Frozen):
     """Snapshots (newest first) that keep each adapter's optimizer state; older snapshots keep
     weights only. Resuming needs the optimizer state of the generation it starts from, which is
     always the newest. 0 keeps it in every snapshot."""
+    keep_last: int = Field(0, ge=0)
+    """Retention, applied after every generation: only the newest `keep_last` snapshots (and every
+    `keep_every`-th) keep their adapter weights, as `populora prune --keep-last N --keep-every K`
+    does by hand (artifacts, population.parquet and the lineage stay). 0: every snapshot keeps its
+    weights (disk grows by the adapters each generation: docs/runs.md#long-runs)."""
+    keep_every: int = Field(0, ge=0)
+    """Retention: also keep the weights of every K-th snapshot (0: none); with `keep_last` > 0."""
+    warn_generations: int = Field(5, ge=0)
+    """Warn (before the run starts and after each generation) when the free space of the run's
+    filesystem is less than this many generations need, at the newest generation's size. 0: never."""
 
 
 class TrackingConfig(_Frozen):

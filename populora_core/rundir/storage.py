@@ -192,6 +192,46 @@ def prune(run: RunLayout, keep_last: int, keep_every: int = 0) -> PruneResult:
     return PruneResult(pruned=todo, kept=kept, freed_bytes=before - unique_bytes([run.root]))
 
 
+def apply_policy(run: RunLayout, policy) -> list[Path]:
+    """The run's storage policy (``config.StorageConfig``), applied after a generation: optimizer
+    states beyond the newest ``optimizer_snapshots`` dropped, and with ``keep_last`` > 0 the
+    weights of snapshots outside (newest ``keep_last``, every ``keep_every``-th) pruned. Returns
+    the optimizer states dropped. The caller holds the run's lock."""
+    dropped = drop_optimizer_states(run, policy.optimizer_snapshots)
+    if policy.keep_last:
+        prune(run, policy.keep_last, policy.keep_every)
+    return dropped
+
+
+def space_warnings(run: RunLayout, generations: int, per_generation: int) -> list[str]:
+    """One line when the free space of the run's filesystem is less than ``generations``
+    generations of ``per_generation`` bytes each (0 generations or bytes: no check)."""
+    if generations <= 0 or per_generation <= 0:
+        return []
+    free = shutil.disk_usage(run.root).free
+    need = generations * per_generation
+    if free >= need:
+        return []
+    return [
+        f"warning: {run.root} has {free / 2**30:.2f} GiB free, less than the next {generations} generations need "
+        f"at {per_generation / 2**20:.1f} MiB each ({need / 2**30:.2f} GiB): free space, or set a retention policy "
+        f"(storage.keep_last, or `populora prune {run.root} --keep-last 2`)"
+    ]
+
+
+def retention_line(run: RunLayout, keep_last: int, keep_every: int) -> str:
+    """What the retention policy keeps, and which snapshots' weights are gone (``populora status``)."""
+    gone = [g for g in snapshot_generations(run) if pruned(run, g) is not None]
+    with_weights = [g for g in snapshot_generations(run) if pruned(run, g) is None]
+    policy = (
+        f"keep the newest {keep_last} snapshots' weights"
+        + (f" and those of every multiple of {keep_every}" if keep_every else "")
+        if keep_last
+        else "every snapshot keeps its weights (storage.keep_last: 0)"
+    )
+    return f"retention: {policy}; weights kept: {ranges(with_weights) or 'none'}; pruned: {ranges(gone) or 'none'}"
+
+
 # integrity ------------------------------------------------------------------------
 def file_digest(path: Path) -> dict:
     """Size and sha256 of one file."""

@@ -34,15 +34,19 @@ def finish_generation(run: RunDir, generation: int, records: Mapping[str, dict],
     when this process began it): its summary, with the wall-clock seconds of this process and
     of the stages killed processes finished, sealed into ``_SUCCESS`` with each artifact's size
     and sha256 (last: the generation is complete only once it exists); then optimizer states
-    older than ``storage.optimizer_snapshots`` snapshots are dropped (after the summary counted
-    the bytes written; a kill in between leaves them to the next generation's finish)."""
+    older than ``storage.optimizer_snapshots`` snapshots are dropped and the retention policy
+    (``storage.keep_last``, ``keep_every``) prunes old snapshots' weights (after the summary
+    counted the bytes written; a kill in between leaves them to the next generation's finish);
+    a warning when the free space is less than ``storage.warn_generations`` generations need."""
     record = summary.generation_summary(run, generation, records)
     earlier = sum(sum(a["stages"].values()) for a in record["attempts"] if a["attempt"] != ATTEMPT_ID)
     record["wall_seconds"] = time.time() - started + earlier
     storage.seal(run.gen(generation), record)
     warnings, dropped = [], []
+    policy = run.config().storage
     try:
-        dropped = [str(p) for p in storage.drop_optimizer_states(run, run.config().storage.optimizer_snapshots)]
+        dropped = [str(p) for p in storage.apply_policy(run, policy)]
     except OSError as exc:
-        warnings.append(f"could not drop old optimizer states ({exc}); the next generation retries")
+        warnings.append(f"could not apply the storage policy ({exc}); the next generation retries")
+    warnings += storage.space_warnings(run, policy.warn_generations, record.get("bytes_written", 0))
     return Finished(record, warnings, dropped)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -58,11 +59,17 @@ def run(tmp_path) -> RunDir:
     """A run of four snapshots written the way the stages write them: each generation's
     update trains the first member (new files) and links the others, the next snapshot
     links every member from updated/; generations 0–2 complete."""
+    return _written_run(tmp_path / "r", 3)
+
+
+def _written_run(root, generations: int, after=None) -> RunDir:
+    """``generations`` complete generations written as the stages write them; ``after(run)`` is
+    called after each (the finish's storage policy)."""
     config = PopulationConfig(teachers=1, students=1, rank=4)
     members, adapters = create_population(config, RatingConfig(), lora_shapes(TINY_QWEN2, config.target_modules), 0)
-    run = RunDir(tmp_path / "r")
+    run = RunDir(root)
     save_population(run.members_dir(0), 0, members, adapters, run_id="r")
-    for g in range(3):
+    for g in range(generations):
         for i, m in enumerate(members):
             source, target = run.members_dir(g) / m.adapter_id, run.updated(g) / m.adapter_id
             if i == 0:  # trained: new weights and optimizer state
@@ -72,7 +79,51 @@ def run(tmp_path) -> RunDir:
         save_population(run.members_dir(g + 1), g + 1, members, adapters, link_from=run.updated(g), run_id="r")
         run.write(g, "pairings", pd.DataFrame({"teacher_id": ["t"], "student_id": ["s"], "match_quality": [0.5]}))
         seal(run.gen(g), {"generation": g})
+        if after is not None:
+            after(run)
     return run
+
+
+def test_the_retention_policy_keeps_the_newest_and_every_kth_snapshots_after_each_generation(tmp_path):
+    """storage.keep_last 2, keep_every 3, applied after each of 6 generations (as the finish does):
+    snapshots 0, 3 (every 3rd), 5 and 6 (the newest two) keep their weights; 1, 2, 4 are pruned with
+    the updated/ they were linked from; every artifact stays; the newest alone keeps optimizer state."""
+    from populora_core.config import StorageConfig
+    from populora_core.rundir.storage import apply_policy, retention_line
+
+    policy = StorageConfig(keep_last=2, keep_every=3)
+    run = _written_run(tmp_path / "r", 6, after=lambda r: apply_policy(r, policy))
+    with_weights = {g for g in range(7) if list(run.members_dir(g).glob("*/adapter_model.safetensors"))}
+    assert with_weights == {0, 3, 5, 6}
+    assert {g for g in range(7) if pruned(run, g) is not None} == {1, 2, 4}
+    assert all((run.members_dir(g) / "population.parquet").is_file() for g in range(7))
+    assert all((run.gen(g) / "pairings.parquet").is_file() for g in range(6))
+    assert not run.updated(0).exists() and run.updated(2).exists()  # updated/ went with the snapshot after it
+    assert {g for g in range(7) if list(run.members_dir(g).glob(f"*/{OPTIMIZER_STATE}"))} == {6}
+    assert retention_line(run, 2, 3).endswith("weights kept: 0, 3, 5-6; pruned: 1-2, 4")
+    everything = _written_run(tmp_path / "all", 6, after=lambda r: apply_policy(r, StorageConfig()))
+    assert all(list(everything.members_dir(g).glob("*/adapter_model.safetensors")) for g in range(7))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI runs as root)")
+def test_too_little_free_space_for_the_next_generations_is_said_before_it_is_a_problem(tmp_path):
+    """On a 4 MiB tmpfs, generations of 1 MiB: 5 of them do not fit, and the warning says how much
+    is free, what is needed and what to do; 3 do."""
+    import subprocess
+
+    from populora_core.rundir.storage import space_warnings
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True)
+    try:
+        run = RunDir(mount / "r")
+        run.root.mkdir()
+        [line] = space_warnings(run, 5, 2**20)
+        assert "less than the next 5 generations need at 1.0 MiB each" in line and "storage.keep_last" in line
+        assert space_warnings(run, 3, 2**20) == [] and space_warnings(run, 0, 2**20) == []
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_unchanged_adapters_are_linked_and_a_later_update_never_writes_through_a_link(run):
