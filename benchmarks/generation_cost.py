@@ -10,7 +10,11 @@ alternating, ``--repeats`` times; the models are loaded and Prefect started befo
 timing. Per stage and in all. Final line: JSON with both medians and
 ``population_over_baseline`` (goal for comparison: the paper's 1.31).
 
-    python benchmarks/generation_cost.py [--preset cpu-arms-race] [--repeats 1]
+    python benchmarks/generation_cost.py [--preset cpu-arms-race] [--repeats 1] [--matching total|per_adapter]
+
+``--matching`` names the definition the figure is under: ``total`` (the default here: the
+paper's 1.31× compares generations of the same total budget) or ``per_adapter`` (the
+definition every claim of this project uses; docs/runs.md#presets).
 """
 
 from __future__ import annotations
@@ -37,6 +41,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="cpu-arms-race")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--matching",
+        choices=["total", "per_adapter"],
+        default="total",
+        help="the baseline's compute matching: total (the paper's cost figure: the same total budget) or "
+        "per_adapter (the claims' definition: one member's work)",
+    )
     args = parser.parse_args()
 
     from prefect import flow
@@ -46,7 +57,7 @@ def main() -> None:
 
     configs = {
         "population": load_config(preset=args.preset),
-        "baseline": load_config(preset=f"{args.preset}-baseline", overrides=["baseline.matching=total"]),
+        "baseline": load_config(preset=f"{args.preset}-baseline", overrides=[f"baseline.matching={args.matching}"]),
     }
     root = Path(tempfile.mkdtemp(prefix="populora-cost-"))
     for name, config in configs.items():  # models, trainer and sandbox built before timing
