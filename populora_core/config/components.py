@@ -321,7 +321,10 @@ class GRPOConfig(_Frozen):
     min(π_learner / π_sampler, C), correcting the sampler/learner mismatch (needs
     `old_logprobs: learner`); empty: no correction."""
     gradient_checkpointing: bool = True
-    """Recompute each layer's activations in the backward instead of keeping them (memory for time)."""
+    """Recompute each layer's activations in the backward instead of keeping them (memory for time).
+    It also picks the log-prob path: off, the distinct prompts of a micro-batch run once and their
+    completions on their caches (training/prefix.py); on, whole sequences, prompts left-padded
+    (training/rollouts.py). Both give the same left-aligned (sequence, completion token) layout."""
 
     @model_validator(mode="after")
     def _cap_corrects_the_learners_old(self) -> GRPOConfig:

@@ -3,7 +3,8 @@
 ``Rollout`` is one completion with its generation-time log-probs and advantage; the
 functions pad a batch of them and compute log π of each completion token, for the whole
 (prompt + completion) sequences (``whole_sequence_logprobs``) or, in ``prefix``, with each
-shared prompt run once.
+shared prompt run once; both return (sequence, completion token) tensors, left-aligned, and
+project only completion positions to the vocabulary.
 """
 
 from __future__ import annotations
@@ -27,20 +28,9 @@ class Rollout:
     sampler_logprobs: Sequence[float] | None = None
 
 
-def completion_values(
-    batch: Sequence[Rollout], values: Sequence[Sequence[float]], device, *, aligned_to_targets: bool
-) -> torch.Tensor:
-    """Per-token ``values`` of each rollout's completion as one float32 tensor in the layout
-    the log-prob functions return: aligned to targets from the batch's first completion
-    position (``whole_sequence_logprobs``) or left-aligned (``prefix.shared_prompt_logprobs``)."""
-    if aligned_to_targets:
-        width = max(len(r.prompt_ids) + len(r.completion_ids) for r in batch)
-        start = min(len(r.prompt_ids) for r in batch) - 1
-        rows = [
-            [0.0] * (len(r.prompt_ids) - 1) + [float(x) for x in v] + [0.0] * (width - len(r.prompt_ids) - len(v))
-            for r, v in zip(batch, values, strict=True)
-        ]
-        return torch.tensor(rows, dtype=torch.float32, device=device)[:, start:]
+def completion_values(batch: Sequence[Rollout], values: Sequence[Sequence[float]], device) -> torch.Tensor:
+    """Per-token ``values`` of each rollout's completion as one float32 tensor (len(batch),
+    longest completion), left-aligned: the layout both log-prob paths return."""
     width = max(len(r.completion_ids) for r in batch)
     rows = [[float(x) for x in v] + [0.0] * (width - len(v)) for v in values]
     return torch.tensor(rows, dtype=torch.float32, device=device)
@@ -78,7 +68,8 @@ def model_device(model) -> torch.device:
 
 
 def pad_rollouts(batch: Sequence[Rollout], pad_id: int, device=None) -> tuple[torch.Tensor, ...]:
-    """Right-padded ids, attention mask, completion mask and old log-probs, aligned to targets,
+    """Right-padded ids, attention mask, completion mask and old log-probs, aligned to targets (the
+    plain layout tests compare both log-prob paths with),
     built as lists and made tensors once, on ``device`` (default: the CPU)."""
     device = torch.device("cpu") if device is None else device
     width = max(len(r.prompt_ids) + len(r.completion_ids) for r in batch)
@@ -94,7 +85,26 @@ def pad_rollouts(batch: Sequence[Rollout], pad_id: int, device=None) -> tuple[to
 
 
 def whole_sequence_logprobs(model, batch: Sequence[Rollout], pad_id: int, chunk: int):
-    """``prefix.shared_prompt_logprobs``'s triple, every (prompt + completion) right-padded and run whole."""
-    ids, attn, comp, old = pad_rollouts(batch, pad_id, model_device(model))
-    start = min(len(r.prompt_ids) for r in batch) - 1  # first position predicting a completion token
-    return token_logprobs(model, ids, attn, chunk, start), comp[:, start:], old[:, start:]
+    """``prefix.shared_prompt_logprobs``'s triple (each (len(batch), longest completion),
+    completions left-aligned), every (prompt + completion) run whole: prompts left-padded and
+    completions right-padded, with positions counted from each row's first real token, so every
+    completion starts at the same column and only completion positions are projected to the
+    vocabulary, whatever the mix of prompt lengths (right-padding whole sequences projected from
+    the shortest prompt's end: ~2,000 positions a row where 1,024 were completions)."""
+    device = model_device(model)
+    p_max = max(len(r.prompt_ids) for r in batch)
+    c_max = max(len(r.completion_ids) for r in batch)
+    ids, attn, comp, old = [], [], [], []
+    for r in batch:
+        lead, tail = p_max - len(r.prompt_ids), c_max - len(r.completion_ids)
+        ids.append([pad_id] * lead + [*r.prompt_ids, *r.completion_ids] + [pad_id] * tail)
+        attn.append([0] * lead + [1] * (len(r.prompt_ids) + len(r.completion_ids)) + [0] * tail)
+        comp.append([1.0] * len(r.completion_ids) + [0.0] * tail)
+        old.append([float(x) for x in r.old_logprobs] + [0.0] * tail)
+    long, f32 = {"dtype": torch.long, "device": device}, {"dtype": torch.float32, "device": device}
+    ids_t, attn_t = torch.tensor(ids, **long), torch.tensor(attn, **long)
+    positions = (attn_t.cumsum(-1) - 1).clamp_min(0)
+    # the last c_max + 1 positions: p_max − 1 (predicts the first completion token) … the end
+    logits = model(input_ids=ids_t, attention_mask=attn_t, position_ids=positions, logits_to_keep=c_max + 1).logits
+    logp = target_logprobs(logits[:, :-1], ids_t[:, p_max:], chunk)  # (B, c_max)
+    return logp, torch.tensor(comp, **f32), torch.tensor(old, **f32)

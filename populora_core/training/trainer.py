@@ -51,9 +51,9 @@ def _rows(values: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
     return [values[i][mask[i]] for i in range(values.shape[0])]
 
 
-def _importance_weights(batch: Sequence[Rollout], old: torch.Tensor, cap: float, shared: bool) -> torch.Tensor:
+def _importance_weights(batch: Sequence[Rollout], old: torch.Tensor, cap: float) -> torch.Tensor:
     """w = min(π_old / π_sampler, cap) per token, π_old the learner's (``old``)."""
-    sampler = completion_values(batch, [r.sampler_logprobs for r in batch], old.device, aligned_to_targets=not shared)
+    sampler = completion_values(batch, [r.sampler_logprobs for r in batch], old.device)
     return torch.exp(old - sampler).clamp(max=cap)
 
 
@@ -87,7 +87,7 @@ def _minibatch_step(
             no_adapter = model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
             with torch.no_grad(), no_adapter, autocast:
                 ref = logprobs(model, batch, pad_id, config.logprob_chunk)[0]
-        weights = _importance_weights(batch, old, cap, shared) if cap is not None else None
+        weights = _importance_weights(batch, old, cap) if cap is not None else None
         loss, metrics = policy_loss(logp, old, adv, comp, config.clip_eps, ref, config.kl_coef, weights)
         weight = comp.sum() / max(1, chunk_tokens)  # token-mean over the minibatch
         (loss * weight).backward()

@@ -327,3 +327,41 @@ def test_a_cpu_update_that_would_outgrow_the_memory_is_warned_with_a_micro_batch
     assert pieces["generation model (hf backend)"] == pytest.approx(pieces["base weights"])
     tiny = memory.cpu_memory_warning(config, shape, dtype="bfloat16", memory_gib=pieces["base weights"])
     assert "no micro-batch fits without grpo.gradient_checkpointing" in tiny
+
+
+def test_logits_are_kept_for_completion_positions_only_whatever_the_prompt_lengths():
+    """A micro-batch mixing a long and a short prompt: autograd keeps vocabulary-wide tensors for
+    the completion positions only (the plan's count: micro-batch × longest completion × vocab),
+    not from the shortest prompt's end to the longest row's end (here ~3× as many)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    model = get_peft_model(
+        Qwen2ForCausalLM(Qwen2Config(**UNSEEN)), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    )
+    for name, p in model.named_parameters():
+        p.requires_grad_("lora_" in name)
+    vocab, completion = UNSEEN["vocab_size"], 48
+    rollouts = [
+        Rollout(list(range(2, 2 + prompt)), list(range(7, 7 + completion)), [-1.0] * completion, 1.0)
+        for prompt in (96, 8)
+    ]
+    kept: dict[int, int] = {}
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+
+    def pack(t):
+        if t.dim() >= 2 and t.shape[-1] == vocab and t.untyped_storage().data_ptr() not in params:
+            kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    model.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logp, comp, _ = whole_sequence_logprobs(model, rollouts, 0, 16)
+    model.eval()
+    planned = len(rollouts) * completion * vocab * 4  # float32: the chunks are the logits themselves
+    assert sum(kept.values()) <= 1.05 * planned, (sum(kept.values()), planned)
+    assert logp.shape == comp.shape == (2, completion) and comp.sum() == 2 * completion
+    shape = ModelShape.from_config(UNSEEN)
+    figure = shape.update_bytes(4, 4, ("q_proj", "v_proj"), len(rollouts), 96 + completion, completion, False)
+    assert sum(kept.values()) <= figure["logits"]
