@@ -19,16 +19,21 @@ SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what embedded:smollm2-135m-in
 
 def pattern(kind: str) -> str:
     """Where a run keeps the files of artifact ``kind``, as a glob under its root."""
-    return {"population": "population/gen_*/population.parquet", "cvt_centroids": "cvt_centroids.parquet"}.get(
-        kind, f"gen_*/{kind}.parquet"
-    )
+    return {
+        "population": "population/gen_*/population.parquet",
+        "hall": "population/gen_*/hall.parquet",
+        "cvt_centroids": "cvt_centroids.parquet",
+    }.get(kind, f"gen_*/{kind}.parquet")
 
 
 def expected_rows(run: RunDir, kind: str) -> dict[tuple[str, int], int]:
     """(run id, generation) → rows, from the files themselves (empty files add nothing)."""
     files = sorted(run.root.glob(pattern(kind)))
-    wanted = {"population": len(run.complete_generations()) + 1, "cvt_centroids": 1}
-    assert len(files) == wanted.get(kind, len(run.complete_generations())), (run.run_id, kind)
+    done = len(run.complete_generations())
+    # the hall of fame: in every snapshot after the first replacement round (k = 1), none for a single agent
+    hall = 0 if run.config().population.single_agent else done
+    wanted = {"population": done + 1, "cvt_centroids": 1, "hall": hall}
+    assert len(files) == wanted.get(kind, done), (run.run_id, kind)
     rows = {}
     for path in files:
         generation = 0 if kind == "cvt_centroids" else int(path.parent.name.removeprefix("gen_"))
@@ -41,7 +46,8 @@ def test_every_artifact_kind_reads_as_one_table_across_generations_and_runs(refe
     runs = (reference_run, baseline_run)
     con = duckdb.connect()
     for kind in [*SCHEMAS, *RUN_SCHEMAS]:
-        source = "read_parquet([{}])".format(", ".join(f"'{run.root}/{pattern(kind)}'" for run in runs))
+        having = [run for run in runs if list(run.root.glob(pattern(kind)))]  # the baseline has no hall of fame
+        source = "read_parquet([{}])".format(", ".join(f"'{run.root}/{pattern(kind)}'" for run in having))
         types = {row[0]: row[1] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
         assert (types["run_id"], types["generation"], types["schema_version"]) == ("VARCHAR", "INTEGER", "SMALLINT"), (
             kind,
@@ -54,7 +60,7 @@ def test_every_artifact_kind_reads_as_one_table_across_generations_and_runs(refe
         assert {v for _, _, v, _ in seen} == ({SCHEMA_VERSION} if expected else set()), kind
         # the baseline has nobody to replace: its lineage is empty; cpu-tiny does not probe
         # (probe.items 0: its model answers nothing), its probes files are empty, typed
-        if kind not in ("lineage", "probes"):
+        if kind not in ("lineage", "probes", "hall"):
             assert {r for r, _ in expected} == {"reference", "baseline"}, kind
 
 
