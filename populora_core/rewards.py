@@ -13,9 +13,12 @@ sandbox, used a banned name, or repeated a problem) and −1 when badly formatte
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from populora_core.config import RewardConfig
-from populora_core.problems.types import Verdict
+
+Verdict = Literal["correct", "wrong", "format_error"]
+"""A judged answer: what a student's reward is a function of (``problems.types`` re-exports it)."""
 
 
 def student_reward(verdict: Verdict, config: RewardConfig) -> float:

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from populora_core.analysis.claims import format_number as _f
+
 STATISTICS: dict[str, Callable[[dict], float]] = {
     "fresh_solve_rate_change": lambda s: s["fresh_window_change"]["difference"]["value"],
     "ast_depth_slope": lambda s: s["slopes"]["ast_depth"]["value"],
@@ -201,10 +203,6 @@ def _cell(statistic: str, st: dict | None) -> str:
     iv = INTERVALS[statistic](st)
     interval = f" [{_f(iv['low'], '+.3f')}, {_f(iv['high'], '+.3f')}]" if iv else ""
     return _f(STATISTICS[statistic](st), "+.3f") + interval
-
-
-def _f(value: float, fmt: str) -> str:
-    return "–" if value is None or value != value else format(value, fmt)
 
 
 def result_rows(results: Sequence[ClaimResult]) -> list[dict]:

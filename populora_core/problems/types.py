@@ -27,7 +27,7 @@ FormatReason = Literal[
     "bad_program",
 ]
 
-Verdict = Literal["correct", "wrong", "format_error"]
+from populora_core.rewards import Verdict  # noqa: E402 - defined with the rewards over it
 
 
 @dataclass(frozen=True)
