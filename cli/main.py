@@ -10,6 +10,7 @@ from cli.common import configure
 from cli.data import cmd_data, cmd_models, cmd_verify
 from cli.experiment import cmd_experiment
 from cli.inspection import cmd_analyze, cmd_crossplay, cmd_evaluate, cmd_runs, cmd_status
+from cli.revive import cmd_revive
 from cli.run import cmd_plan, cmd_prune, cmd_replay, cmd_resume, cmd_train
 from populora_core.config import DEFAULT_MODEL, DEFAULT_PRESET, PRESETS, SandboxBackendName, SandboxConfig
 
@@ -118,6 +119,19 @@ def _add_experiment_parser(sub) -> None:
     _add_cluster(experiment)
     _add_run_options(experiment)
     experiment.set_defaults(func=cmd_experiment)
+    revive = sub.add_parser(
+        "revive",
+        help="continue every unfinished run and experiment (after a reboot)",
+        description="Continues, one after another, every run and experiment under the runs directory that has "
+        "generations left and that no live process holds (a run being trained is left alone). Run at boot by "
+        "the systemd unit `--systemd-unit` prints (docs/runs.md#long-runs).",
+    )
+    revive.add_argument("--dry-run", action="store_true", help="list what would be continued, and the commands")
+    revive.add_argument(
+        "--systemd-unit", action="store_true", help="print a systemd service that runs this at boot, and exit"
+    )
+    _add_run_options(revive)
+    revive.set_defaults(func=cmd_revive)
 
 
 def _add_plan_parser(sub) -> None:

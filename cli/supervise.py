@@ -21,9 +21,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
+from cli import outages
 from cli.common import as_disk_full, error, user_errors
 from populora_core.rundir.lock import COMMAND_ENV
 from populora_core.rundir.run import ATTEMPT_ENV
@@ -43,18 +45,35 @@ def supervise(console, run, call: dict) -> int:
         return train_here(call)
     argv = [sys.executable, "-P", "-m", "cli.supervise", json.dumps(call)]  # -P: not the cwd's `cli`
     _become_subreaper()
-    attempt = uuid.uuid4().hex[:12]  # the child's attempt id (rundir.run.ATTEMPT_ID), known here too
-    env = {**os.environ, CHILD_ENV: "1", COMMAND_ENV: process_command(), ATTEMPT_ENV: attempt}
-    child = subprocess.Popen(argv, env=env)
-    forward = lambda s, _f: os.kill(child.pid, s)  # noqa: E731 - not Popen.send_signal: it would reap
+    api, limit_s = outages.api_url(), run.config().outages.prefect_wait_s
+    child: subprocess.Popen | None = None
+    forward = lambda s, _f: child and os.kill(child.pid, s)  # noqa: E731 - not Popen.send_signal: it would reap
     passed_on = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
     interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child gets Ctrl-C too, and stops itself
     try:
-        status, usage = _wait_for(child.pid)
-        child.returncode = os.waitstatus_to_exitcode(status)
-        _stop_orphans()
-        if child.returncode != 0:
-            _explain(console, run, attempt, child.pid, status, usage)
+        while True:  # a new child after each outage of the Prefect server that stopped the last one
+            attempt = uuid.uuid4().hex[:12]  # the child's attempt id (rundir.run.ATTEMPT_ID), known here too
+            env = {**os.environ, CHILD_ENV: "1", COMMAND_ENV: process_command(), ATTEMPT_ENV: attempt}
+            child = subprocess.Popen(argv, env=env)
+            watch = outages.Watch(console, api, child.pid, limit_s) if api else None
+            status, usage = _wait_for(child.pid)
+            child.returncode = os.waitstatus_to_exitcode(status)
+            if watch:
+                watch.stop()
+            _stop_orphans()
+            if child.returncode != 0:
+                _explain(console, run, attempt, child.pid, status, usage, quiet=bool(watch and watch.outages))
+            if not (watch and child.returncode != 0 and (watch.outages or not outages.answers(api))):
+                break
+            if watch.gave_up or (waited := _wait_again(console, api, watch, limit_s)) is None:
+                waited = limit_s if watch.gave_up else time.monotonic() - (watch.down_since or time.monotonic())
+                console.print(outages.gave_up_line(api, waited, run.root), soft_wrap=True)
+                return 1
+            console.print(
+                f"the Prefect server at {api} answers again after {outages.duration(waited)}; the run "
+                f"goes on from generation {run.next_generation()} (as `populora resume` would)",
+                soft_wrap=True,
+            )
     finally:
         for sig, handler in {**passed_on, signal.SIGINT: interrupt}.items():
             signal.signal(sig, handler)
@@ -63,9 +82,22 @@ def supervise(console, run, call: dict) -> int:
     return child.returncode
 
 
-def _explain(console, run, attempt: str, pid: int, status: int, usage) -> None:
+def _wait_again(console, api: str, watch, limit_s: float) -> float | None:
+    """After a child that ended while (or because) the API did not answer: waits for it up to the
+    limit counted from the outage's start; the outage's length, or None past the limit."""
+    if watch.back_after is not None:  # back already, not yet said
+        return watch.back_after
+    if watch.down_since is None:  # the child ended before the outage was confirmed, or after it was over
+        watch.down_since = time.monotonic()
+        if not outages.answers(api):
+            console.print(outages.waiting_line(api, limit_s), soft_wrap=True)
+    return outages.wait_until_back(api, watch.down_since, limit_s)
+
+
+def _explain(console, run, attempt: str, pid: int, status: int, usage, *, quiet: bool = False) -> None:
     """Records how the training process ``pid`` ended in the attempts file of the generation it
-    was computing and, for a signal, prints where it was, the signal and its peak memory."""
+    was computing and, for a signal (unless ``quiet``: an outage said it), prints where it was,
+    the signal and its peak memory."""
     from populora_core.rundir.attempts import record_end, signal_name
 
     generation = run.next_generation()
@@ -75,7 +107,7 @@ def _explain(console, run, attempt: str, pid: int, status: int, usage) -> None:
             record_end(path, attempt, pid, status, usage)
         except OSError as exc:  # a full disk: what the child printed says so
             console.print(f"could not record how the training process ended in {path}: {exc}")
-    if os.WIFSIGNALED(status):
+    if os.WIFSIGNALED(status) and not quiet:
         end = run.last_attempt(generation)
         what = end.describe() if end else f"killed by {signal_name(os.WTERMSIG(status))} before its first stage"
         line = f"[red]error:[/red] generation {generation}: {what}; `populora resume {run.root}` goes on"
@@ -178,6 +210,7 @@ def _child_main(argv: list[str]) -> int:
 
     call = json.loads(argv[0])
     configure(call.get("verbose", False))
+    outages.quiet_outages()  # the supervisor says an outage in one line
     return train_here(call)
 
 

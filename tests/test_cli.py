@@ -161,3 +161,40 @@ def test_a_breakpoint_in_a_stage_is_reached_from_the_documented_command(tmp_path
     )
     out = proc.stdout + proc.stderr
     assert f"play.py({line})pair()" in out and "('at pair, generation', 0)" in out, out[-3000:]
+
+
+def test_revive_prints_a_systemd_unit_and_leaves_finished_and_held_runs_alone(tmp_path):
+    """`populora revive --systemd-unit` names this checkout's `populora` and the runs directory
+    (and the Prefect server it starts first); `revive` continues nothing that is finished, held
+    or not a run."""
+    from cli.revive import unfinished
+    from populora_core.config import load_config
+    from populora_core.rundir.run import create_run
+
+    env_api = {**os.environ, "PREFECT_API_URL": "http://127.0.0.1:4321/api"}
+    unit = subprocess.run(
+        [sys.executable, "-m", "cli", "revive", "--systemd-unit", "--runs-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env_api,
+        check=True,
+    ).stdout
+    assert f"ExecStart={os.path.dirname(sys.executable)}/populora revive --runs-dir {tmp_path}" in unit
+    assert "Environment=PREFECT_API_URL=http://127.0.0.1:4321/api" in unit and "prefect_server.sh start" in unit
+    assert "WantedBy=multi-user.target" in unit
+    config = load_config(None, preset="cpu-tiny", overrides=["generations=2"])
+    todo, held = (create_run(tmp_path, config, run_id=name, preset="cpu-tiny") for name in ("todo", "held"))
+    (tmp_path / "not-a-run").mkdir()
+    holding = (
+        "import sys; from populora_core.rundir.lock import hold\n"
+        "with hold(sys.argv[1]):\n print('held', flush=True); sys.stdin.read()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", holding, str(held.root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert unfinished(tmp_path) == [("run", todo.root)]  # another process holds `held`
+    finally:
+        holder.communicate("", timeout=30)
+    assert unfinished(tmp_path) == [("run", held.root), ("run", todo.root)]

@@ -108,6 +108,11 @@ class SandboxConfig(_Frozen):
     """`docker`: memory limit of each container (the worker and its program)."""
     worker_grace_s: float = Field(5.0, gt=0)
     """Extra seconds beyond a job's timeout before its worker counts as hung."""
+    docker_wait_s: float = Field(600.0, ge=0)
+    """`docker`: how long a stage waits for a Docker engine that stopped answering (a `systemctl
+    restart docker` takes seconds, an upgrade a minute) before it stops, naming `populora resume`;
+    the programs in flight then run again in new containers, not judged as failures
+    (`sandbox/pool.py`)."""
 
     @model_validator(mode="after")
     def _check(self) -> SandboxConfig:

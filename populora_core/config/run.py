@@ -238,6 +238,17 @@ class ClusterConfig(_Frozen):
     for it; the stage fails only when no actor is left."""
 
 
+class OutagesConfig(_Frozen):
+    """How long a run waits for a service that stopped answering, then goes on where it was
+    (docs/runs.md#long-runs). Past the wait it stops in one line naming `populora resume`;
+    nothing computed is lost either way. The Docker engine's wait is `sandbox.docker_wait_s`."""
+
+    prefect_wait_s: float = Field(1800.0, ge=0)
+    """The Prefect server of `PREFECT_API_URL` (`cli/outages.py`). 30 minutes: a restart or an
+    upgrade takes seconds to minutes and a reboot of its machine a few; longer, and a person
+    should be told. 0: stop at the first outage Prefect's own retries (about a minute) do not cover."""
+
+
 class RunConfig(_Frozen):
     """A whole run; each field is one component's settings."""
 
@@ -261,6 +272,7 @@ class RunConfig(_Frozen):
     storage: StorageConfig = StorageConfig()
     tracking: TrackingConfig = TrackingConfig()
     cluster: ClusterConfig = ClusterConfig()
+    outages: OutagesConfig = OutagesConfig()
 
     @model_validator(mode="before")
     @classmethod

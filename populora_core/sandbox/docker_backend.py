@@ -108,6 +108,19 @@ class DockerBackend:
                 ) from None
         return self._client
 
+    def answers(self) -> bool:
+        """Whether the engine answers a new connection now (the client's kept-alive one can still
+        reach an engine that is shutting down, its socket already gone)."""
+        docker = _docker_module()
+        try:
+            client = docker.from_env(timeout=5)
+            try:
+                return bool(client.ping())
+            finally:
+                client.close()
+        except Exception:  # noqa: BLE001 - refused, no socket, timed out: not answering
+            return False
+
     def check(self) -> None:
         """The engine answers, the image exists, and the real worker passes its start
         checks (seccomp filter, writable mounts) in a container made as the pool's are."""
@@ -217,6 +230,9 @@ class DockerBackend:
             return
         except docker.errors.APIError as exc:  # its auto-removal is under way: wait for it
             log.debug("removing %s: %s", container.name, exc)
+        except Exception as exc:  # noqa: BLE001 - no engine (restarting): its containers went with it
+            log.debug("removing %s: no engine answers: %s", container.name, exc)
+            return
         try:
             container.wait(condition="removed", timeout=API_TIMEOUT_S)
         except docker.errors.NotFound:

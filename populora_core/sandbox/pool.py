@@ -8,6 +8,12 @@ enforces the timeout itself, so this only catches a hung worker) is stopped and
 replaced. The job it was running is retried once; a second failure is recorded
 as ``sandbox_failure``. Jobs queued behind it are re-sent untouched. No job is
 ever dropped: ``run`` returns exactly one result per job.
+
+A backend whose engine can stop answering (Docker: ``answers``) is checked when a worker
+fails: if the engine is gone (restarted, upgraded), no job is blamed. The pool waits for it
+(``sandbox.docker_wait_s``, one log line at each end of the wait), then replaces every worker
+and runs every job that was in flight again, untried; past the wait it raises
+``SandboxUnavailable`` naming ``populora resume``.
 """
 
 from __future__ import annotations
@@ -17,11 +23,11 @@ import os
 import select
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from populora_core.config import SandboxConfig
-from populora_core.sandbox.backends import SandboxBackend, WorkerProcess, get_backend
+from populora_core.sandbox.backends import SandboxBackend, SandboxUnavailable, WorkerProcess, get_backend
 from populora_core.sandbox.protocol import Job, Result, decode_result, encode_job
 
 log = logging.getLogger(__name__)
@@ -64,6 +70,7 @@ class PoolStats:
     worker_restarts: int = 0
     retries: int = 0
     sandbox_failures: int = 0
+    engine_waits: int = 0
 
 
 class SandboxPool:
@@ -77,7 +84,7 @@ class SandboxPool:
         self.config = config
         self.backend = backend or get_backend(config)
         self._slots: list[_Slot] = []
-        self._stats = {"jobs": 0, "worker_restarts": 0, "retries": 0, "sandbox_failures": 0}
+        self._stats = {"jobs": 0, "worker_restarts": 0, "retries": 0, "sandbox_failures": 0, "engine_waits": 0}
         self._recycle_every = config.docker_recycle_every if self.backend.name == "docker" else None
 
     @property
@@ -238,7 +245,11 @@ class SandboxPool:
                 slot.deadline = time.monotonic() + batch.limits[slot.inflight[0]]
 
     def _fail(self, batch: _Batch, k: int, reason: str) -> None:
-        """Replaces worker ``k``: its current job is retried (or failed after MAX_TRIES), the rest re-queued."""
+        """Replaces worker ``k``: its current job is retried (or failed after MAX_TRIES), the rest
+        re-queued; when the engine itself is gone, waits for it instead (``_wait_for_engine``)."""
+        if not self._engine_answers():
+            self._wait_for_engine(batch)
+            return
         slot = self._slots[k]
         if slot.inflight:
             head = slot.inflight.popleft()
@@ -252,4 +263,63 @@ class SandboxPool:
                 batch.pending.appendleft(head)
             batch.pending.extendleft(reversed(slot.inflight))
         log.warning("sandbox worker %s replaced: %s", slot.worker.name, reason)
-        self._slots[k] = self._restart(slot)
+        slot.inflight.clear()
+        try:
+            self._slots[k] = self._restart(slot)
+        except Exception:
+            if getattr(self.backend, "answers", None) is None:
+                raise
+            # the engine went away between the failure and the new worker (or came back meanwhile):
+            # wait for it, then make every worker anew; a failure that is not the engine's raises there
+            self._wait_for_engine(batch)
+
+    def _engine_answers(self) -> bool:
+        answers: Callable[[], bool] | None = getattr(self.backend, "answers", None)
+        return answers is None or answers()
+
+    def _wait_for_engine(self, batch: _Batch, every_s: float = 1.0) -> None:
+        """Waits for the backend's engine to answer again (``sandbox.docker_wait_s`` at most), then
+        replaces every worker (an engine restart took their containers) and queues every job in
+        flight again, its tries untouched: the engine failed, not the job."""
+        since, limit = time.monotonic(), self.config.docker_wait_s
+        self._stats["engine_waits"] += 1
+        log.warning(
+            "the %s engine stopped answering; the sandbox waits for it (up to %.0f s: sandbox.docker_wait_s)",
+            self.backend.name,
+            limit,
+        )
+        again = 0
+        for slot in self._slots:
+            again += len(slot.inflight)
+            batch.pending.extendleft(reversed(slot.inflight))
+            slot.inflight.clear()
+            self.backend.stop(slot.worker)
+        indices, last = [slot.worker.index for slot in self._slots], None
+        while True:
+            if self._engine_answers():
+                made: list[_Slot] = []
+                try:
+                    for index in indices:
+                        made.append(self._spawn(index))
+                    break
+                except Exception as exc:  # noqa: BLE001 - it answers, but cannot make containers yet
+                    last = exc
+                    for slot in made:
+                        self.backend.stop(slot.worker)
+            left = since + limit - time.monotonic()
+            if left <= 0:
+                raise SandboxUnavailable(
+                    f"the {self.backend.name} engine has not answered for {limit:.0f} s (sandbox.docker_wait_s); "
+                    "the stage stopped, what the run finished is kept: start the engine (`make dockerd`), "
+                    "then `populora resume RUN`"
+                ) from last
+            time.sleep(min(every_s, left))
+            every_s = min(2 * every_s, 30.0)
+        self._slots = made
+        self._stats["worker_restarts"] += len(made)
+        log.warning(
+            "the %s engine answers again after %.0f s; %d programs in flight run again in new containers",
+            self.backend.name,
+            time.monotonic() - since,
+            again,
+        )

@@ -7,7 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -215,3 +217,38 @@ def test_unsafe_backend_warns_on_every_start(caplog):
 def test_run_outside_context_is_an_error():
     with pytest.raises(RuntimeError, match="with SandboxPool"):
         SandboxPool(SandboxConfig()).run([Job(code="")])
+
+
+def _restart_engine(after_s: float, down_s: float) -> None:
+    """Stops the Docker engine that scripts/dockerd.sh started, waits, starts it again."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "dockerd.sh"
+    time.sleep(after_s)
+    subprocess.run(["bash", str(script), "stop"], check=True, capture_output=True, timeout=120)
+    time.sleep(down_s)
+    subprocess.run(["bash", str(script), "start"], check=True, capture_output=True, timeout=120)
+
+
+@pytest.mark.docker
+@pytest.mark.heavy  # restarts the Docker engine, ~20 s
+def test_a_docker_engine_restarted_mid_batch_costs_a_pause_and_no_verdict(caplog):
+    """Fails before `SandboxPool._wait_for_engine`: the dead containers' jobs were blamed (retried,
+    then `sandbox_failure`) and the new containers could not be made (the stage died)."""
+    pidfile = Path(os.environ.get("POPULORA_CACHE", Path.home() / ".cache" / "populora")) / "dockerd.pid"
+    if not pidfile.is_file():
+        pytest.skip("restarts only the Docker engine scripts/dockerd.sh started (make test does)")
+    jobs = [Job(code=f"import time\ntime.sleep(0.25)\nprint({i})", expr=f"{i} ** 2") for i in range(60)]
+    pool = start_pool("docker", workers=2, timeout_s=5.0)
+    restart = threading.Thread(target=_restart_engine, args=(2.0, 3.0))
+    try:
+        restart.start()
+        with caplog.at_level(logging.WARNING, logger="populora_core.sandbox.pool"):
+            results = pool.run(jobs)
+    finally:
+        restart.join()
+        pool.close()
+    assert [(r.status, r.stdout, r.value) for r in results] == [("ok", f"{i}\n", str(i**2)) for i in range(60)]
+    # a container killed while its engine still answered (the stop kills them first) counts one try,
+    # as any dead worker does; the job runs again and its verdict is the same
+    assert pool.stats.engine_waits == 1 and pool.stats.sandbox_failures == 0
+    said = [r.getMessage() for r in caplog.records if "engine" in r.getMessage()]
+    assert len(said) == 2 and "stopped answering" in said[0] and "answers again" in said[1], said

@@ -1,0 +1,105 @@
+"""`populora revive`: after a reboot (or any stop), continue every run and experiment under a
+runs directory that is neither finished nor worked on by a live process.
+
+Why a systemd unit (``--systemd-unit`` prints one) and not a Prefect schedule: after a reboot
+the Prefect server and its worker are down too, and only the init system starts anything; a
+schedule would itself need them brought back first, then poll. The unit runs `revive` once at
+boot (after `scripts/prefect_server.sh start` when the runs report to a server), and a run
+that another process already holds is left alone, so starting it twice is harmless.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from cli.common import runs_dir
+
+
+def unfinished(root: Path) -> list[tuple[str, Path]]:
+    """("experiment" | "run", directory) for each experiment and run directly under ``root``
+    that has generations left and no live holder, in name order (a run inside an experiment
+    is continued by its experiment)."""
+    from populora_core.experiment import is_experiment, open_experiment, runs_dir_of
+    from populora_core.rundir.run import RunDir
+
+    todo: list[tuple[str, Path]] = []
+    for path in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        if is_experiment(path):
+            spec, _ = open_experiment(path)
+            runs = [RunDir(runs_dir_of(path) / spec.run_id(arm, seed)) for arm, seed in spec.runs()]
+            if any(not (r.exists() and r.next_generation() >= spec.generations) for r in runs) and not any(
+                r.exists() and r.holder() for r in runs
+            ):
+                todo.append(("experiment", path))
+            continue
+        run = RunDir(path)
+        if run.exists() and run.next_generation() < run.config().generations and run.holder() is None:
+            todo.append(("run", path))
+    return todo
+
+
+def command(kind: str, path: Path) -> list[str]:
+    """The `populora` command that continues ``path``."""
+    cli = [sys.executable, "-P", "-m", "cli"]
+    return [*cli, "experiment", str(path)] if kind == "experiment" else [*cli, "resume", str(path)]
+
+
+def systemd_unit(root: Path, api_url: str | None) -> str:
+    """A systemd service that runs `populora revive` on ``root`` at boot (after the local Prefect
+    server when ``api_url`` is one), as this user, from this checkout."""
+    repo = Path(__file__).resolve().parents[1]
+    exe = Path(sys.executable).parent / "populora"
+    before = f"ExecStartPre={repo / 'scripts' / 'prefect_server.sh'} start\n" if api_url else ""
+    env = f"Environment=PREFECT_API_URL={api_url}\n" if api_url else ""
+    return (
+        "[Unit]\n"
+        "Description=PopuLoRA: continue the runs and experiments a reboot stopped\n"
+        "After=network-online.target docker.service\n"
+        "Wants=network-online.target\n\n"
+        "[Service]\n"
+        "Type=simple\n"
+        f"WorkingDirectory={repo}\n"
+        "Environment=HF_HUB_OFFLINE=1\n"
+        f"{env}{before}"
+        f"ExecStart={shlex.join([str(exe), 'revive', '--runs-dir', str(root.resolve())])}\n"
+        "Restart=on-failure\n"
+        "RestartSec=60\n\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def cmd_revive(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from cli.outages import api_url
+
+    console = Console()
+    root = runs_dir(args)
+    if args.systemd_unit:
+        print(systemd_unit(root, api_url()), end="")
+        return 0
+    todo = unfinished(root)
+    if not todo:
+        console.print(f"nothing to continue under {root}: every run and experiment is finished or held", soft_wrap=True)
+        return 0
+    for kind, path in todo:
+        said = f"{kind} {path}: `populora {shlex.join(command(kind, path)[4:])}`" if args.dry_run else f"{kind} {path}"
+        console.print(said, soft_wrap=True, highlight=False)
+    if args.dry_run:
+        return 0
+    failed = []
+    for kind, path in todo:  # one after another: each uses the whole machine
+        status = subprocess.run(command(kind, path), check=False).returncode
+        if status != 0:
+            failed.append(f"{path.name} (status {status})")
+    if failed:
+        console.print(
+            f"[red]error:[/red] not finished: {', '.join(failed)}; `populora revive` tries again", soft_wrap=True
+        )
+        return 1
+    return 0

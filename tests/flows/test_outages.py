@@ -1,0 +1,143 @@
+"""A run outlives a restart of its Prefect server (``cli/outages.py``): a server killed during a
+generation and started again costs a pause, two lines and no dumps, and the run ends equal to
+one never interrupted; a server that does not come back stops the run within the wait, in one
+line naming `populora resume`, with what it computed kept."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+
+from tests.flows.conftest import (
+    BIN,
+    TRAIN,
+    _free_port,
+    assert_same_run,
+    base_env,
+    populora,
+    standin_env,
+    start_populora,
+)
+
+DUMPS = ("--- Error logging to API ---", "failed to process item", "pending items", "Unable to connect to")
+"""What Prefect prints per log or event it could not send."""
+
+
+class Server:
+    """A Prefect server of one port and one database that a test kills and starts again."""
+
+    def __init__(self, home) -> None:
+        self.home, self.port, self.proc = home, _free_port(), None
+        self.api = f"http://127.0.0.1:{self.port}/api"
+
+    def start(self) -> None:
+        env = base_env(self.api, self.home)
+        with open(self.home / "server.log", "a") as log:
+            self.proc = subprocess.Popen(
+                [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 120
+        while not self.answers():
+            assert self.proc.poll() is None and time.monotonic() < deadline, (self.home / "server.log").read_text()
+            time.sleep(0.5)
+
+    def answers(self) -> bool:
+        try:
+            urllib.request.urlopen(f"{self.api}/health", timeout=2)
+        except OSError:
+            return False
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL, as the kernel's OOM killer or a lost machine would."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+def _run_env(server: Server) -> dict[str, str]:
+    # one retry: Prefect's client gives up on a refused connection in ~2 s instead of ~a minute,
+    # so a short outage stops the training process and the supervisor's restart is what is tested
+    return {**standin_env(base_env(server.api, server.home)), "PREFECT_CLIENT_MAX_RETRIES": "1"}
+
+
+def _wait_for(path, proc, timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert proc.poll() is None, proc.stdout.read()[-4000:]
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.2)
+
+
+def test_a_server_killed_mid_run_and_started_again_costs_a_pause_and_two_lines(reference_run, tiny_model, tmp_path):
+    """Fails on the code before `cli/outages.py`: the training process exits 1 once the server is
+    back (its last line `--- Error logging to API ---`), after an ERROR with an event dump every
+    few seconds."""
+    server = Server(tmp_path)
+    server.start()
+    runs = tmp_path / "runs"
+    proc = start_populora([*TRAIN, "--run-id", "outage", "--runs-dir", str(runs)], _run_env(server))
+    try:
+        _wait_for(runs / "outage" / "gen_0000" / "verdicts.parquet", proc)  # in the middle of generation 0
+        server.kill()
+        time.sleep(20)  # past the two failed checks that make an outage (cli/outages.py)
+        server.start()
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        server.kill()
+    assert proc.returncode == 0, out[-4000:]
+    assert len(re.findall(r"stopped answering at", out)) == 1, out[-4000:]
+    assert len(re.findall(r"answers again after \d+", out)) == 1, out[-4000:]
+    assert not [d for d in DUMPS if d in out], out[-4000:]
+    assert_same_run(reference_run.__class__(runs / "outage"), reference_run)
+
+
+def test_a_server_that_does_not_come_back_stops_the_run_in_one_line_and_revive_finishes_it(
+    reference_run, tiny_model, tmp_path
+):
+    """Fails on the code before `cli/outages.py`: the training process neither exits nor says what
+    it waits for while the server is gone. Then, as after a reboot, the server is started and
+    `populora revive` finds the stopped run and finishes it equal to one never interrupted."""
+    server = Server(tmp_path)
+    server.start()
+    runs, wait_s = tmp_path / "runs", 30
+    args = [*TRAIN, "--run-id", "gone", "--runs-dir", str(runs), "--set", f"outages.prefect_wait_s={wait_s}"]
+    proc = start_populora(args, _run_env(server))
+    try:
+        _wait_for(runs / "gone" / "gen_0000" / "verdicts.parquet", proc)
+        server.kill()
+        killed = time.monotonic()
+        out, _ = proc.communicate(timeout=wait_s + 120)
+        took = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1, out[-4000:]
+    assert took < wait_s + 60, took  # the wait, a check interval, the child's grace
+    lines = [line for line in out.splitlines() if "Prefect server" in line]
+    assert len(lines) == 2 and "stopped answering" in lines[0], out[-4000:]
+    assert "has not answered for" in lines[1], lines
+    assert f"populora resume {runs / 'gone'}" in lines[1], lines
+    assert not [d for d in DUMPS if d in out], out[-4000:]
+    assert (runs / "gone" / "gen_0000" / "verdicts.parquet").is_file()  # what it computed is kept
+
+    server.start()
+    try:
+        listed = populora(["revive", "--dry-run", "--runs-dir", str(runs)], _run_env(server))
+        assert f"run {runs / 'gone'}: `populora resume {runs / 'gone'}`" in listed.stdout, listed.stdout
+        revived = populora(["revive", "--runs-dir", str(runs)], _run_env(server))
+        assert revived.returncode == 0, revived.stdout[-4000:]
+        again = populora(["revive", "--runs-dir", str(runs)], _run_env(server))
+        assert "nothing to continue" in again.stdout, again.stdout
+    finally:
+        server.kill()
+    assert_same_run(reference_run.__class__(runs / "gone"), reference_run)
