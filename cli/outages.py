@@ -97,7 +97,7 @@ class Watch:
                     self.back_after = now - self.down_since
                 elif self.back_after is not None and not self._done.is_set():  # a whole interval on
                     said = f"the Prefect server at {self.api} answers again after {duration(self.back_after)}"
-                    self.console.print(f"{said}; the run goes on", soft_wrap=True)
+                    self.console.print(f"\n{said}; the run goes on", soft_wrap=True)
                     self.down_since = self.back_after = None
                 continue
             failed += 1
@@ -114,8 +114,8 @@ class Watch:
 
 
 def waiting_line(api: str, limit_s: float) -> str:
-    return (
-        f"[yellow]the Prefect server at {api} stopped answering at {time.strftime('%H:%M:%S')};[/yellow] "
+    return (  # on a line of its own: a progress bar may have left its line open
+        f"\n[yellow]the Prefect server at {api} stopped answering at {time.strftime('%H:%M:%S')};[/yellow] "
         f"the run waits for it (up to {duration(limit_s)}: outages.prefect_wait_s) and goes on where it is"
     )
 
@@ -124,6 +124,17 @@ def gave_up_line(api: str, waited_s: float, run_root) -> str:
     return (
         f"[red]error:[/red] the Prefect server at {api} has not answered for {duration(waited_s)}; "
         f"the run stopped (nothing computed is lost). Start the server, then `populora resume {run_root}`"
+    )
+
+
+def ended_line(api: str, watch: Watch) -> str:
+    """What to say when the training process finished while an outage was open."""
+    if watch.back_after is not None or answers(api):
+        since = watch.back_after if watch.back_after is not None else time.monotonic() - watch.down_since
+        return f"the Prefect server at {api} answers again after {duration(since)}; the run goes on"
+    return (
+        f"the Prefect server at {api} still does not answer; the run finished without it "
+        "(the UI lacks its last states: `populora status` has them)"
     )
 
 
@@ -157,31 +168,55 @@ def _stop(pid: int) -> None:
 
 
 class _DroppedForOutage(logging.Filter):
-    """Drops Prefect's per-item reports of logs and events it could not send (each an ERROR
-    with the whole event) while the API does not answer; other records pass."""
+    """Drops what Prefect logs when its API does not answer: its per-item reports of logs and
+    events it could not send (each an ERROR with the whole event), its queue counts at exit, and
+    the tracebacks of the task and flow runs that failed to report (a refused or broken
+    connection). The supervisor says what happened in one line; other records pass."""
 
-    PREFIXES = ("Service %r failed", "Unable to connect to %r")
-
-    def __init__(self, api: str) -> None:
-        super().__init__()
-        self.api, self._checked, self._down = api, 0.0, False
+    PREFIXES = ("Service %r failed", "Unable to connect to %r", "Still processing items", "Crash detected!")
+    LOGGERS = (
+        "prefect._internal.concurrency",
+        "prefect.events.clients",
+        "EventsWorker",
+        "APILogWorker",
+        "prefect.task_runs",
+        "prefect.flow_runs",
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not str(record.msg).startswith(self.PREFIXES):
+        return not (str(record.msg).startswith(self.PREFIXES) or _about_the_connection(record))
+
+
+def _about_the_connection(record: logging.LogRecord) -> bool:
+    """Whether ``record`` reports a failed connection to the API (its exception, or its text)."""
+    if record.exc_info and record.exc_info[1] is not None and lost_connection(record.exc_info[1]):
+        return True
+    text = record.getMessage()
+    return "ConnectError" in text or "Connection refused" in text
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """Whether ``exc``, or what caused it, is a connection that failed (the API's: the training
+    process then ends quietly, its supervisor says why and goes on)."""
+    import httpx
+
+    seen, cause = set(), exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, httpx.TransportError):
             return True
-        if time.monotonic() - self._checked > EVERY_S:  # at most one check per interval
-            self._down, self._checked = not answers(self.api, timeout_s=1.0), time.monotonic()
-        return not self._down
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def quiet_outages() -> None:
     """In the training process: no log flood while the API does not answer (the supervisor
-    says so in one line). Drops Prefect's per-item ERROR records for unsent logs and events
-    and its ``--- Error logging to API ---`` lines (printed only while
-    ``logging.raiseExceptions``, the standard library's switch for handler errors)."""
-    if (api := api_url()) is None:
+    says so in one line): ``_DroppedForOutage`` on Prefect's loggers, and no
+    ``--- Error logging to API ---`` lines (printed only while ``logging.raiseExceptions``,
+    the standard library's switch for handler errors)."""
+    if api_url() is None:
         return
     logging.raiseExceptions = False
-    drop = _DroppedForOutage(api)
-    for name in ("prefect._internal.concurrency", "prefect.events.clients"):
+    drop = _DroppedForOutage()
+    for name in drop.LOGGERS:
         logging.getLogger(name).addFilter(drop)

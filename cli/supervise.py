@@ -61,9 +61,12 @@ def supervise(console, run, call: dict) -> int:
             if watch:
                 watch.stop()
             _stop_orphans()
+            lost = child.returncode == OUTAGE or watch.outages or not outages.answers(api) if watch else False
             if child.returncode != 0:
-                _explain(console, run, attempt, child.pid, status, usage, quiet=bool(watch and watch.outages))
-            if not (watch and child.returncode != 0 and (watch.outages or not outages.answers(api))):
+                _explain(console, run, attempt, child.pid, status, usage, quiet=bool(lost))
+            if not (watch and child.returncode != 0 and lost):
+                if watch and child.returncode == 0 and watch.down_since is not None:  # ended in an outage
+                    console.print(outages.ended_line(api, watch), soft_wrap=True)
                 break
             if watch.gave_up or (waited := _wait_again(console, api, watch, limit_s)) is None:
                 waited = limit_s if watch.gave_up else time.monotonic() - (watch.down_since or time.monotonic())
@@ -211,7 +214,17 @@ def _child_main(argv: list[str]) -> int:
     call = json.loads(argv[0])
     configure(call.get("verbose", False))
     outages.quiet_outages()  # the supervisor says an outage in one line
-    return train_here(call)
+    try:
+        return train_here(call)
+    except Exception as exc:
+        if outages.api_url() and outages.lost_connection(exc):
+            return OUTAGE  # no traceback: the supervisor says what happened and goes on
+        raise
+
+
+OUTAGE = 75
+"""The training process's exit status when it stopped because the Prefect API stopped answering
+(EX_TEMPFAIL: try again later)."""
 
 
 if __name__ == "__main__":

@@ -121,6 +121,16 @@ class DockerBackend:
         except Exception:  # noqa: BLE001 - refused, no socket, timed out: not answering
             return False
 
+    @staticmethod
+    def alive(worker: WorkerProcess) -> bool:
+        """Whether ``worker``'s container still runs (an engine restart removes them all)."""
+        container = worker.handle[0]
+        try:
+            container.reload()
+        except Exception:  # noqa: BLE001 - gone (removed with its engine), or no engine
+            return False
+        return container.status == "running"
+
     def check(self) -> None:
         """The engine answers, the image exists, and the real worker passes its start
         checks (seccomp filter, writable mounts) in a container made as the pool's are."""

@@ -62,6 +62,7 @@ class _Batch:
     tries: list[int]
     pending: deque[int]
     remaining: int
+    engine_waits: int = 0
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,7 @@ class SandboxPool:
     def _fail(self, batch: _Batch, k: int, reason: str) -> None:
         """Replaces worker ``k``: its current job is retried (or failed after MAX_TRIES), the rest
         re-queued; when the engine itself is gone, waits for it instead (``_wait_for_engine``)."""
-        if not self._engine_answers():
+        if not self._engine_answers() or self._every_worker_gone(batch):
             self._wait_for_engine(batch)
             return
         slot = self._slots[k]
@@ -273,6 +274,15 @@ class SandboxPool:
             # wait for it, then make every worker anew; a failure that is not the engine's raises there
             self._wait_for_engine(batch)
 
+    def _every_worker_gone(self, batch: _Batch) -> bool:
+        """Whether the engine answers but every worker's container is gone: it restarted while
+        they were idle (between two stages) and took them all. Never for one worker (its own
+        program may have killed it), nor more than ``MAX_TRIES`` times in one batch."""
+        alive: Callable[[WorkerProcess], bool] | None = getattr(self.backend, "alive", None)
+        if alive is None or len(self._slots) < 2 or batch.engine_waits >= MAX_TRIES:
+            return False
+        return not any(alive(slot.worker) for slot in self._slots)
+
     def _engine_answers(self) -> bool:
         answers: Callable[[], bool] | None = getattr(self.backend, "answers", None)
         return answers is None or answers()
@@ -283,8 +293,10 @@ class SandboxPool:
         flight again, its tries untouched: the engine failed, not the job."""
         since, limit = time.monotonic(), self.config.docker_wait_s
         self._stats["engine_waits"] += 1
+        batch.engine_waits += 1
         log.warning(
-            "the %s engine stopped answering; the sandbox waits for it (up to %.0f s: sandbox.docker_wait_s)",
+            "the %s engine stopped answering (or restarted: every container gone); the sandbox waits for it "
+            "(up to %.0f s: sandbox.docker_wait_s)",
             self.backend.name,
             limit,
         )

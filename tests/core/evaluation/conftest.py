@@ -9,6 +9,12 @@ import pytest
 
 DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 
+SWEEP = pytest.mark.parametrize(
+    "every", [pytest.param(4, id="every-4th"), pytest.param(1, id="every-item", marks=pytest.mark.slow)]
+)
+"""A whole-benchmark sweep of a judge: `make test` takes every 4th item (a fault of a judge shows on
+many items; CI stays under its time), `make test-slow` every item."""
+
 
 @pytest.fixture(scope="module")
 def eval_pool():

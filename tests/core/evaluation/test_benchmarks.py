@@ -11,7 +11,7 @@ from populora_core.evaluation.benchmarks import load_benchmark
 from populora_core.evaluation.mathnorm import last_boxed, math_equal, number_equal, strip_string
 from populora_core.evaluation.pass_at_1 import judge
 from populora_core.evaluation.tables import pass_at_1
-from tests.core.evaluation.conftest import DATA, code_answer
+from tests.core.evaluation.conftest import DATA, SWEEP, code_answer
 
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not at {DATA}")
 
@@ -28,10 +28,12 @@ def _canonical(item) -> str:
 
 
 @pytest.mark.heavy  # every item of a benchmark in the sandbox
+@SWEEP
 @pytest.mark.parametrize("benchmark", ["humaneval", "humanevalplus", "mbpp"])
-def test_canonical_solutions_pass_and_wrong_ones_fail(benchmark, eval_pool):
+def test_canonical_solutions_pass_and_wrong_ones_fail(benchmark, every, eval_pool):
     items = load_benchmark(benchmark, DATA)
     assert len(items) == {"humaneval": 164, "humanevalplus": 164, "mbpp": 427}[benchmark]
+    items = items[::every]
     good = judge(items, [code_answer(_canonical(i)) for i in items], eval_pool)
     failed = [(i.item_id, d) for i, (ok, d) in zip(items, good, strict=True) if not ok]
     assert not failed, failed[:5]
@@ -44,10 +46,12 @@ def test_canonical_solutions_pass_and_wrong_ones_fail(benchmark, eval_pool):
 
 
 @pytest.mark.heavy  # every item of a benchmark in the sandbox
+@SWEEP
 @pytest.mark.parametrize("mode", ["o", "i"])
-def test_cruxeval_gold_answers_score_100_percent(mode, eval_pool):
+def test_cruxeval_gold_answers_score_100_percent(mode, every, eval_pool):
     items = load_benchmark(f"cruxeval_{mode}", DATA)
     assert len(items) == 800
+    items = items[::every]
     block = "output" if mode == "o" else "input"
     gold = [f"```{block}\n{i.data['output' if mode == 'o' else 'input']}\n```" for i in items]
     verdicts = judge(items, gold, eval_pool)

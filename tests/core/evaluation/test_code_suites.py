@@ -18,7 +18,7 @@ import pytest
 from populora_core.evaluation.benchmarks import has_data, load_benchmark
 from populora_core.evaluation.livecodebench import decode_private_tests, load_livecodebench
 from populora_core.evaluation.pass_at_1 import judge
-from tests.core.evaluation.conftest import DATA, code_answer
+from tests.core.evaluation.conftest import DATA, SWEEP, code_answer
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # EvalPlus's special oracles, argument conversions, atol > 0, and the task without plus inputs
@@ -44,10 +44,11 @@ def test_mbppplus_canonical_solutions_pass_and_wrong_ones_fail(eval_pool):
     assert judge(sample[:2], ["no code"] * 2, eval_pool) == [(False, "no answer found")] * 2
 
 
-@pytest.mark.heavy  # every MBPP+ item, ~70 s
+@pytest.mark.heavy  # every MBPP+ item, ~45 s
 @pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not at {DATA}")
-def test_every_mbppplus_canonical_solution_passes(eval_pool):
-    items = load_benchmark("mbppplus", DATA)
+@SWEEP
+def test_every_mbppplus_canonical_solution_passes(every, eval_pool):
+    items = load_benchmark("mbppplus", DATA)[::every]
     good = judge(items, [code_answer(i.data["plus"]["reference"]) for i in items], eval_pool)
     failed = [(i.item_id, d) for i, (ok, d) in zip(items, good, strict=True) if not ok]
     assert not failed, failed[:5]

@@ -22,7 +22,7 @@ from populora_core.evaluation.benchmarks import load_benchmark
 from populora_core.evaluation.failures import CODE
 from populora_core.evaluation.pass_at_1 import judge_answers
 from populora_core.sandbox import Job
-from tests.core.evaluation.conftest import DATA, code_answer
+from tests.core.evaluation.conftest import DATA, SWEEP, code_answer
 from tests.core.evaluation.mutants import single_edit_mutants, wrong_output
 
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not at {DATA}")
@@ -68,9 +68,10 @@ def _canonical_and_entry(item) -> tuple[str, str]:
 
 
 @pytest.mark.heavy  # every item of a benchmark in the sandbox
+@SWEEP
 @pytest.mark.parametrize("benchmark", ["humaneval", "humanevalplus", "mbpp", "mbppplus"])
-def test_every_canonical_solution_with_its_outputs_changed_fails(benchmark, eval_pool):
-    items = load_benchmark(benchmark, DATA)
+def test_every_canonical_solution_with_its_outputs_changed_fails(benchmark, every, eval_pool):
+    items = load_benchmark(benchmark, DATA)[::every]
     wrong = [code_answer(wrong_output(*_canonical_and_entry(i))) for i in items]
     verdicts = judge_answers(items, wrong, eval_pool)
     passed = sorted(i.item_id for i, v in zip(items, verdicts, strict=True) if v.correct)
@@ -79,9 +80,10 @@ def test_every_canonical_solution_with_its_outputs_changed_fails(benchmark, eval
 
 
 @pytest.mark.heavy  # every item of a benchmark in the sandbox
+@SWEEP
 @pytest.mark.parametrize("benchmark", ["humanevalplus", "mbppplus"])
-def test_single_edit_mutants_that_fail_the_original_tests_fail_the_judge(benchmark, eval_pool):
-    items = [replace(i, data=i.data | {"timeout_s": SECONDS}) for i in load_benchmark(benchmark, DATA)]
+def test_single_edit_mutants_that_fail_the_original_tests_fail_the_judge(benchmark, every, eval_pool):
+    items = [replace(i, data=i.data | {"timeout_s": SECONDS}) for i in load_benchmark(benchmark, DATA)[::every]]
     original = _original_tests(benchmark)
     mutants = [(i, kind, m) for i in items for kind, m in single_edit_mutants(i.data["plus"]["reference"])]
     jobs = [Job(code=f"{m}\n{original[i.item_id]}", expr="True", timeout_s=SECONDS) for i, _, m in mutants]
