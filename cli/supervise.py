@@ -47,9 +47,16 @@ def supervise(console, run, call: dict) -> int:
     _become_subreaper()
     api, limit_s = outages.api_url(), run.config().outages.prefect_wait_s
     child: subprocess.Popen | None = None
-    forward = lambda s, _f: child and os.kill(child.pid, s)  # noqa: E731 - not Popen.send_signal: it would reap
+    stopped: list[int] = []  # signals a person sent: the child's end is theirs, not an outage's
+
+    def forward(sig: int, _frame) -> None:
+        stopped.append(sig)
+        if child is not None:
+            os.kill(child.pid, sig)  # not Popen.send_signal: it would reap
+
     passed_on = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child gets Ctrl-C too, and stops itself
+    # the child gets Ctrl-C too (one process group) and stops itself; here it is only noted
+    interrupt = signal.signal(signal.SIGINT, lambda sig, _frame: stopped.append(sig))
     try:
         while True:  # a new child after each outage of the Prefect server that stopped the last one
             attempt = uuid.uuid4().hex[:12]  # the child's attempt id (rundir.run.ATTEMPT_ID), known here too
@@ -61,7 +68,11 @@ def supervise(console, run, call: dict) -> int:
             if watch:
                 watch.stop()
             _stop_orphans()
-            lost = child.returncode == OUTAGE or watch.outages or not outages.answers(api) if watch else False
+            lost = (
+                bool(watch)
+                and not stopped
+                and (child.returncode == OUTAGE or watch.outages or not outages.answers(api))
+            )
             if child.returncode != 0:
                 _explain(console, run, attempt, child.pid, status, usage, quiet=bool(lost))
             if not (watch and child.returncode != 0 and lost):
