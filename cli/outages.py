@@ -113,17 +113,18 @@ class Watch:
                 return
 
 
-def waiting_line(api: str, limit_s: float) -> str:
+def waiting_line(api: str, limit_s: float, what: str = "run") -> str:
     return (  # on a line of its own: a progress bar may have left its line open
         f"\n[yellow]the Prefect server at {api} stopped answering at {time.strftime('%H:%M:%S')};[/yellow] "
-        f"the run waits for it (up to {duration(limit_s)}: outages.prefect_wait_s) and goes on where it is"
+        f"the {what} waits for it (up to {duration(limit_s)}: outages.prefect_wait_s) and goes on where it is"
     )
 
 
-def gave_up_line(api: str, waited_s: float, run_root) -> str:
+def gave_up_line(api: str, waited_s: float, run_root, what: str = "run") -> str:
+    command = f"populora experiment {run_root}" if what == "experiment" else f"populora resume {run_root}"
     return (
         f"[red]error:[/red] the Prefect server at {api} has not answered for {duration(waited_s)}; "
-        f"the run stopped (nothing computed is lost). Start the server, then `populora resume {run_root}`"
+        f"the {what} stopped (nothing computed is lost). Start the server, then `{command}`"
     )
 
 

@@ -1,5 +1,7 @@
 """`populora revive`: after a reboot (or any stop), continue every run and experiment under a
-runs directory that is neither finished nor worked on by a live process.
+runs directory that is neither finished nor worked on by a live process. One that a person
+stopped with Ctrl-C is left alone (and listed) until `populora resume` or `populora experiment`
+continues it.
 
 Why a systemd unit (``--systemd-unit`` prints one) and not a Prefect schedule: after a reboot
 the Prefect server and its worker are down too, and only the init system starts anything; a
@@ -19,10 +21,11 @@ from pathlib import Path
 from cli.common import runs_dir
 
 
-def unfinished(root: Path) -> list[tuple[str, Path]]:
+def unfinished(root: Path, *, stopped: list[tuple[str, Path, dict]] | None = None) -> list[tuple[str, Path]]:
     """("experiment" | "run", directory) for each experiment and run directly under ``root``
-    that has generations left and no live holder, in name order (a run inside an experiment
-    is continued by its experiment)."""
+    that has generations left, no live holder and was not stopped by a person (Ctrl-C: those
+    are appended to ``stopped`` with how), in name order (a run inside an experiment is
+    continued by its experiment)."""
     from populora_core.experiment import is_experiment, open_experiment, runs_dir_of
     from populora_core.rundir.run import RunDir
 
@@ -31,13 +34,21 @@ def unfinished(root: Path) -> list[tuple[str, Path]]:
         if is_experiment(path):
             spec, _ = open_experiment(path)
             runs = [RunDir(runs_dir_of(path) / spec.run_id(arm, seed)) for arm, seed in spec.runs()]
-            if any(not (r.exists() and r.next_generation() >= spec.generations) for r in runs) and not any(
-                r.exists() and r.holder() for r in runs
-            ):
+            runs = [r for r in runs if r.exists()]
+            left = len(runs) < len(spec.runs()) or any(r.next_generation() < spec.generations for r in runs)
+            how = next((h for r in runs if (h := r.stopped_by_person())), None)
+            if left and how and stopped is not None:
+                stopped.append(("experiment", path, how))
+            elif left and not how and not any(r.holder() for r in runs):
                 todo.append(("experiment", path))
             continue
         run = RunDir(path)
-        if run.exists() and run.next_generation() < run.config().generations and run.holder() is None:
+        if not (run.exists() and run.next_generation() < run.config().generations):
+            continue
+        if how := run.stopped_by_person():
+            if stopped is not None:
+                stopped.append(("run", path, how))
+        elif run.holder() is None:
             todo.append(("run", path))
     return todo
 
@@ -83,7 +94,15 @@ def cmd_revive(args: argparse.Namespace) -> int:
     if args.systemd_unit:
         print(systemd_unit(root, api_url()), end="")
         return 0
-    todo = unfinished(root)
+    stopped: list[tuple[str, Path, dict]] = []
+    todo = unfinished(root, stopped=stopped)
+    for kind, path, how in stopped:
+        console.print(
+            f"left alone: {kind} {path} was stopped with {how['how']} at {how['at']} "
+            f"(`populora {shlex.join(command(kind, path)[4:])}` continues it)",
+            soft_wrap=True,
+            highlight=False,
+        )
     if not todo:
         console.print(f"nothing to continue under {root}: every run and experiment is finished or held", soft_wrap=True)
         return 0

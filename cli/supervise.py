@@ -8,7 +8,9 @@ how the child ended there, prints that in one line, and then ends the way the ch
 same signal, or the same exit status), so a caller sees what it saw before.
 
 Ctrl-C reaches both (one process group): the child stops as it always did, the supervisor
-waits for it. A SIGTERM or SIGHUP sent to the supervisor alone is passed on to the child.
+waits for it and marks the run stopped by a person (run.json), which `populora revive` leaves
+alone until a `populora resume` continues it. A SIGTERM or SIGHUP sent to the supervisor alone
+is passed on to the child.
 
 ``python -m cli.supervise CALL`` is the child: ``CALL`` is the JSON of ``train_here``'s arguments.
 """
@@ -54,6 +56,8 @@ def supervise(console, run, call: dict) -> int:
         if child is not None:
             os.kill(child.pid, sig)  # not Popen.send_signal: it would reap
 
+    if run.stopped_by_person():  # continued: no longer left alone by `populora revive`
+        run.update_info(stopped_by_person=None)
     passed_on = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
     # the child gets Ctrl-C too (one process group) and stops itself; here it is only noted
     interrupt = signal.signal(signal.SIGINT, lambda sig, _frame: stopped.append(sig))
@@ -91,6 +95,11 @@ def supervise(console, run, call: dict) -> int:
     finally:
         for sig, handler in {**passed_on, signal.SIGINT: interrupt}.items():
             signal.signal(sig, handler)
+    if signal.SIGINT in stopped and child.returncode != 0:
+        # Ctrl-C is a person's decision: `revive` leaves the run alone. A SIGTERM is not marked:
+        # the init system sends one to every process at shutdown, and that run should come back.
+        with contextlib.suppress(OSError):
+            run.update_info(stopped_by_person={"how": "Ctrl-C", "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     if os.WIFSIGNALED(status):
         _die_like(os.WTERMSIG(status))
     return child.returncode

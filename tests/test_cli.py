@@ -163,7 +163,7 @@ def test_a_breakpoint_in_a_stage_is_reached_from_the_documented_command(tmp_path
     assert f"play.py({line})pair()" in out and "('at pair, generation', 0)" in out, out[-3000:]
 
 
-def test_revive_prints_a_systemd_unit_and_leaves_finished_and_held_runs_alone(tmp_path):
+def test_revive_prints_a_systemd_unit_and_leaves_finished_held_and_stopped_runs_alone(tmp_path):
     """`populora revive --systemd-unit` names this checkout's `populora` and the runs directory
     (and the Prefect server it starts first); `revive` continues nothing that is finished, held
     or not a run."""
@@ -198,3 +198,14 @@ def test_revive_prints_a_systemd_unit_and_leaves_finished_and_held_runs_alone(tm
     finally:
         holder.communicate("", timeout=30)
     assert unfinished(tmp_path) == [("run", held.root), ("run", todo.root)]
+    # stopped with Ctrl-C (cli.supervise marks it): listed, left alone, until a person continues it
+    held.update_info(stopped_by_person={"how": "Ctrl-C", "at": "2026-12-07T05:00:00+0000"})
+    listed = subprocess.run(
+        [sys.executable, "-m", "cli", "revive", "--dry-run", "--runs-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"},
+        check=True,
+    ).stdout
+    assert f"left alone: run {held.root} was stopped with Ctrl-C at 2026-12-07T05:00:00+0000" in listed, listed
+    assert f"run {todo.root}: `populora resume {todo.root}`" in listed and f"run {held.root}:" not in listed

@@ -72,6 +72,11 @@ class RunDir(RunLayout):
         """Sets ``fields`` in run.json (atomically: a reader sees the old file or the new one)."""
         write_text_atomic(json.dumps(self.info() | fields, indent=2), self.run_file)
 
+    def stopped_by_person(self) -> dict | None:
+        """``{"how": "Ctrl-C", "at": ISO time}`` when a person stopped the run's training, until a
+        command continues it (`populora revive` leaves such a run alone); else None."""
+        return self.info().get("stopped_by_person")
+
     def lock(self, command: str | None = None):
         """This process's exclusive hold on the run (``runlock.hold``; re-entrant);
         raises RunBusy naming the live process that holds it."""

@@ -19,6 +19,7 @@ from tests.flows.conftest import (
     assert_same_run,
     base_env,
     populora,
+    prefect_runs,
     standin_env,
     start_populora,
 )
@@ -141,6 +142,53 @@ def test_a_server_gone_stops_the_run_in_one_line_and_a_restart_under_revive_cost
         assert not [d for d in DUMPS if d in out], out[-4000:]
         again = populora(["revive", "--runs-dir", str(runs)], _run_env(server))
         assert "nothing to continue" in again.stdout, again.stdout
+        _an_experiment_waits_for_the_server_too(server, run, tmp_path)
     finally:
-        server.kill()
+        if server.proc.poll() is None:
+            server.kill()
     assert_same_run(reference_run.__class__(run), reference_run)
+
+
+EXPERIMENT = """\
+name: outage-experiment
+generations: 2
+seeds: [0]
+arms:
+  population: {preset: cpu-tiny}
+"""
+
+
+def _an_experiment_waits_for_the_server_too(server: Server, run, tmp_path) -> None:
+    """`populora experiment` started while the server is down (as `revive` after a reboot, before
+    the server is up): its own flow run waits for the server in one line, then runs. Its one run
+    is the run above (copied: complete, so skipped), so what is tested is the experiment's process.
+    Before, its flow failed on the refused connection with a traceback."""
+    import shutil
+
+    from populora_core.experiment import runs_dir_of, start
+
+    path = tmp_path / "experiment.yaml"
+    path.write_text(EXPERIMENT)
+    directory = start(path, tmp_path / "experiments")
+    shutil.copytree(run, runs_dir_of(directory) / "population-seed0", symlinks=True)
+    server.kill()
+    proc = start_populora(["experiment", str(directory)], _run_env(server))
+    try:
+        out = []
+        while not any("stopped answering" in line for line in out):
+            line = proc.stdout.readline()
+            assert line, "".join(out)[-4000:]  # it ended without waiting
+            out.append(line)
+        server.start()
+        rest, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = "".join(out) + rest
+    assert proc.returncode == 0, out[-4000:]
+    lines = [line for line in out.splitlines() if "Prefect server" in line]
+    assert len(lines) == 2 and "the experiment waits for it" in lines[0], out[-4000:]
+    assert re.search(r"answers again after \d+ s; the experiment goes on", lines[1]), lines
+    assert "done: `populora analyze" in out and not [d for d in DUMPS if d in out], out[-4000:]
+    flows, _, _ = prefect_runs(_run_env(server), "outage-experiment")
+    assert [f.state_type.value for f in flows] == ["COMPLETED"], flows

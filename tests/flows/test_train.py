@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import shutil
+import signal
+import time
 
 import pandas as pd
 import pytest
@@ -29,7 +32,16 @@ from populora_core.rundir.run import RunDir
 from populora_core.stages.evolve import rated as rated_members
 from populora_core.stages.table import TABLE, get_stage, stage_names
 from tasks.ui import artifact_key
-from tests.flows.conftest import GENERATIONS, TRAIN, assert_same_run, members, populora, prefect_runs, still_running
+from tests.flows.conftest import (
+    GENERATIONS,
+    TRAIN,
+    assert_same_run,
+    members,
+    populora,
+    prefect_runs,
+    start_populora,
+    still_running,
+)
 
 
 def test_every_artifact_is_present_schema_valid_and_consistent(reference_run):
@@ -151,8 +163,10 @@ def test_sigkill_during_stages_then_resume_gives_the_uninterrupted_artifacts(
         assert partial_files(gen), stage  # killed half-way through writing
         assert not (gen / SUCCESS).exists()
         assert not artifact_path(gen, get_stage(stage).outputs[-1]).exists()
+    finished_by_ctrl_c = _ctrl_c_in_a_stage(run, prefect_server)
     # killed after the last generation's _SUCCESS, before logging it: the next resume catches up
     untracked = populora(["resume", str(run.root)], prefect_server, fault=f"tracking@{GENERATIONS - 1}")
+    assert run.stopped_by_person() is None  # continued by a person: no longer left alone
     assert untracked.returncode == -9 and run.complete_generations() == list(range(GENERATIONS))
     final = populora(["resume", str(run.root)], prefect_server)
     assert final.returncode == 0, final.stdout[-3000:]
@@ -162,7 +176,7 @@ def test_sigkill_during_stages_then_resume_gives_the_uninterrupted_artifacts(
     assert_same_run(run, reference_run)
     # the final generation reports which stages were already done when it resumed
     resumed = json.loads((run.gen(1) / SUCCESS).read_text())["resumed_stages"]
-    assert resumed == ["pair"]
+    assert resumed == ["pair", *finished_by_ctrl_c]
     # generation 0's seconds count every stage, computed by several processes: each killed one
     # that finished a stage before its kill (it starts at the stage its predecessor died in),
     # and the one that finished the generation
@@ -176,13 +190,43 @@ def test_sigkill_during_stages_then_resume_gives_the_uninterrupted_artifacts(
     assert still_running(flows, tasks) == []
     crashed = [f for f in flows if f.state.is_crashed()]
     assert len(crashed) >= 2 * len(faults), [(f.name, f.state.type) for f in flows]
-    assert all("process died" in (f.state.message or "") for f in crashed)
+    interrupted = "aborted by an interrupt signal"  # Prefect's own, for the run stopped with Ctrl-C
+    assert all(any(m in (f.state.message or "") for m in ("process died", interrupted)) for f in crashed), [
+        f.state.message for f in crashed
+    ]
     assert kinds == {
         run_id: "populora-train",
         f"{run_id}/gen_0000": "populora-generation",
         f"{run_id}/gen_0001": "populora-generation",
     }
     _assert_tracked_once(run)
+
+
+def _ctrl_c_in_a_stage(run: RunDir, env: dict[str, str]) -> list[str]:
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) while `populora resume`
+    computes a stage of the last generation: the run is marked stopped by a person, so
+    `populora revive` leaves it alone and says so. Returns the stages that attempt finished."""
+    from cli.revive import unfinished
+    from populora_core.rundir.attempts import read_lines
+
+    path = run.attempts_file(GENERATIONS - 1)
+    before = len(read_lines(path))
+    proc = start_populora(["resume", str(run.root)], env)
+    try:
+        deadline = time.monotonic() + 300
+        while not [x for x in read_lines(path)[before:] if x.get("event") == "start"]:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-3000:]
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == -signal.SIGINT, out[-3000:]
+    assert run.stopped_by_person()["how"] == "Ctrl-C"
+    stopped: list = []
+    assert unfinished(run.root.parent, stopped=stopped) == [] and [s[:2] for s in stopped] == [("run", run.root)]
+    return [x["stage"] for x in read_lines(path)[before:] if "seconds" in x]
 
 
 def _assert_tracked_once(run: RunDir) -> None:
