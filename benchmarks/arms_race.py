@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from populora_core.analysis.data import headline, load_run
 from populora_core.analysis.report import write_report
 from populora_core.config import load_config
-from populora_core.rundir.run import RunDir, create_run
+from populora_core.run import RunDir, create_run
 
 
 def _open(out: Path, name: str, generations: int) -> RunDir:

@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from populora_core.config import load_config  # noqa: E402
-from populora_core.rundir.run import RunDir, create_run  # noqa: E402
+from populora_core.run import RunDir, create_run  # noqa: E402
 from populora_core.stages import runner, table  # noqa: E402
 
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from populora_core.config import load_config
 from populora_core.engine import runtime_of
-from populora_core.rundir.run import create_run
+from populora_core.run import create_run
 
 
 def main() -> None:

@@ -40,8 +40,8 @@ import pandas as pd
 from populora_core.config import RunConfig, load_config
 from populora_core.engine import runtime_of
 from populora_core.engine.runtime import Runtime
+from populora_core.run import RunDir, create_run
 from populora_core.rundir.artifacts import read_artifact
-from populora_core.rundir.run import RunDir, create_run
 from populora_core.stages import runner, table
 
 

@@ -66,7 +66,7 @@ def train(source: Path, runs: Path, preset: str, generations: int) -> Path:
     args = ["train", "--preset", preset, "--generations", str(generations), "--run-id", "storage"]
     started = time.time()
     subprocess.run(
-        [sys.executable, "-m", "cli", *args, "--runs-dir", str(runs)],
+        [*entry_point(source), *args, "--runs-dir", str(runs)],
         cwd=source,
         env=env,
         check=True,
@@ -74,6 +74,18 @@ def train(source: Path, runs: Path, preset: str, generations: int) -> Path:
     )
     log(f"  {source.name}: {generations} generations of {preset} in {time.time() - started:.0f} s")
     return runs / "storage"
+
+
+def entry_point(source: Path) -> list[str]:
+    """The `populora` command of the code in ``source``, as its pyproject.toml declares it (the
+    CLI moved from ``flows.cli`` to ``cli``: ``python -m cli`` in an old tree would run today's
+    command line, installed in this venv, on the old library)."""
+    import tomllib
+
+    target = tomllib.loads((source / "pyproject.toml").read_text())["project"]["scripts"]["populora"]
+    module, _, function = target.partition(":")
+    call = f"import sys; sys.argv[0] = 'populora'; from {module} import {function}; sys.exit({function}())"
+    return [sys.executable, "-P", "-c", call]
 
 
 def per_generation(run: Path) -> tuple[float, int]:
@@ -126,7 +138,7 @@ def simulated(preset: str, model_config: dict, scratch: Path, generations: int =
     from populora_core.config import load_config
     from populora_core.population.adapters import create_population, load_adapter, lora_shapes, save_population
     from populora_core.population.lora import LoraAdapter, LoraFactors
-    from populora_core.rundir.run import RunDir
+    from populora_core.run import RunDir
     from populora_core.rundir.storage import drop_optimizer_states
     from populora_core.stages.evolve import evolve
     from populora_core.stages.learn import save_updated

@@ -76,7 +76,7 @@ def _said_in_one_line(record) -> bool:
 
 
 def runs_dir(args: argparse.Namespace) -> Path:
-    from populora_core.rundir.run import default_runs_dir
+    from populora_core.run import default_runs_dir
 
     return Path(args.runs_dir) if args.runs_dir else default_runs_dir()
 

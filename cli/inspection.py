@@ -11,7 +11,7 @@ from cli.common import as_disk_full, error, generations_table, runs_dir, user_er
 def cmd_status(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from populora_core.rundir.run import open_run
+    from populora_core.run import open_run
     from populora_core.stages.runner import run_status
 
     console = Console()
@@ -70,7 +70,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from populora_core.rundir.run import list_runs
+    from populora_core.run import list_runs
     from populora_core.stages.runner import run_status
 
     console = Console()
@@ -96,7 +96,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from populora_core.analysis.data import load_run
     from populora_core.analysis.report import write_report
     from populora_core.experiment import is_experiment
-    from populora_core.rundir.run import open_run
+    from populora_core.run import open_run
     from populora_core.tracking import log_report
 
     console = Console()
@@ -162,7 +162,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from populora_core.evaluation.datasets import data_dir as default_data_dir
-    from populora_core.rundir.run import open_run
+    from populora_core.run import open_run
 
     console = Console()
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
@@ -221,8 +221,8 @@ def cmd_crossplay(args: argparse.Namespace) -> int:
         plot_crossplay,
     )
     from populora_core.engine import runtime_of
+    from populora_core.run import open_run
     from populora_core.rundir.artifacts import write_text_atomic
-    from populora_core.rundir.run import open_run
 
     console = Console()
     try:

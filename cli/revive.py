@@ -27,7 +27,7 @@ def unfinished(root: Path, *, stopped: list[tuple[str, Path, dict]] | None = Non
     are appended to ``stopped`` with how), in name order (a run inside an experiment is
     continued by its experiment)."""
     from populora_core.experiment import is_experiment, open_experiment, runs_dir_of
-    from populora_core.rundir.run import RunDir
+    from populora_core.run import RunDir
 
     todo: list[tuple[str, Path]] = []
     for path in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:

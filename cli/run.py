@@ -151,7 +151,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from populora_core.config import DEFAULT_PRESET, load_config
-    from populora_core.rundir.run import create_run
+    from populora_core.run import create_run
 
     console = Console()
     preset = args.preset if args.preset or args.config else DEFAULT_PRESET
@@ -169,7 +169,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from populora_core.rundir.run import open_run
+    from populora_core.run import open_run
     from populora_core.stages.runner import check_intact
 
     console = Console()
@@ -197,7 +197,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from flows.automations import heartbeats
     from flows.generation import generation_flow
     from populora_core.replay import prepare_replay, replay_warnings
-    from populora_core.rundir.run import open_run
+    from populora_core.run import open_run
 
     console = Console()
     try:
@@ -220,8 +220,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_prune(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from populora_core.run import open_run
     from populora_core.rundir import storage
-    from populora_core.rundir.run import open_run
     from populora_core.stages.summary import mib
 
     console = Console()

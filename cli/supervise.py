@@ -29,8 +29,8 @@ from pathlib import Path
 
 from cli import outages
 from cli.common import as_disk_full, error, user_errors
-from populora_core.rundir.lock import COMMAND_ENV
-from populora_core.rundir.run import ATTEMPT_ENV
+from populora_core.run import ATTEMPT_ENV
+from populora_core.rundir.lock import COMMAND_ENV, process_command
 
 CHILD_ENV = "POPULORA_SUPERVISED"
 """Set in the child (whatever it starts, e.g. a test's nested `populora`, is not supervised twice)."""
@@ -41,8 +41,6 @@ def supervise(console, run, call: dict) -> int:
     child that exited other than 0 is recorded in the attempts file of the generation it was
     computing; one killed by a signal is also explained in one line, and this process then
     dies of the same signal."""
-    from populora_core.rundir.lock import process_command
-
     if os.environ.get(CHILD_ENV) or call.get("foreground"):  # `--foreground`: a debugger reaches the stages
         return train_here(call)
     argv = [sys.executable, "-P", "-m", "cli.supervise", json.dumps(call)]  # -P: not the cwd's `cli`
@@ -56,14 +54,12 @@ def supervise(console, run, call: dict) -> int:
         if child is not None:
             os.kill(child.pid, sig)  # not Popen.send_signal: it would reap
 
-    if run.stopped_by_person():  # continued: no longer left alone by `populora revive`
-        run.update_info(stopped_by_person=None)
+    _person_stopped(run, None)  # continued: no longer left alone by `populora revive`
     passed_on = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    # the child gets Ctrl-C too (one process group) and stops itself; here it is only noted
-    interrupt = signal.signal(signal.SIGINT, lambda sig, _frame: stopped.append(sig))
+    interrupt = signal.signal(signal.SIGINT, lambda sig, _frame: stopped.append(sig))  # the child gets it too
     try:
         while True:  # a new child after each outage of the Prefect server that stopped the last one
-            attempt = uuid.uuid4().hex[:12]  # the child's attempt id (rundir.run.ATTEMPT_ID), known here too
+            attempt = uuid.uuid4().hex[:12]  # the child's attempt id (populora_core.run.ATTEMPT_ID), known here too
             env = {**os.environ, CHILD_ENV: "1", COMMAND_ENV: process_command(), ATTEMPT_ENV: attempt}
             child = subprocess.Popen(argv, env=env)
             watch = outages.Watch(console, api, child.pid, limit_s) if api else None
@@ -96,13 +92,21 @@ def supervise(console, run, call: dict) -> int:
         for sig, handler in {**passed_on, signal.SIGINT: interrupt}.items():
             signal.signal(sig, handler)
     if signal.SIGINT in stopped and child.returncode != 0:
-        # Ctrl-C is a person's decision: `revive` leaves the run alone. A SIGTERM is not marked:
-        # the init system sends one to every process at shutdown, and that run should come back.
-        with contextlib.suppress(OSError):
-            run.update_info(stopped_by_person={"how": "Ctrl-C", "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        _person_stopped(run, "Ctrl-C")
     if os.WIFSIGNALED(status):
         _die_like(os.WTERMSIG(status))
     return child.returncode
+
+
+def _person_stopped(run, how: str | None) -> None:
+    """Marks the run stopped by a person (``how``: Ctrl-C) in run.json, or clears the mark
+    (None). Ctrl-C is a person's decision: `revive` leaves the run alone. A SIGTERM is never
+    marked: the init system sends one to every process at shutdown, and that run should come back."""
+    if how is None and not run.stopped_by_person():
+        return
+    mark = {"how": how, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")} if how else None
+    with contextlib.suppress(OSError):  # a full disk: the run is stopped either way
+        run.update_info(stopped_by_person=mark)
 
 
 def _wait_again(console, api: str, watch, limit_s: float) -> float | None:

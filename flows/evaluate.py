@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from populora_core.rundir.run import default_runs_dir, open_run
+from populora_core.run import default_runs_dir, open_run
 from tasks.evaluate import (
     BENCHMARKS,
     default_data_dir,

@@ -21,8 +21,8 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from populora_core.config import ConfigError
+from populora_core.run import RunDir, default_runs_dir, open_run
 from populora_core.rundir.lock import process_command
-from populora_core.rundir.run import RunDir, default_runs_dir, open_run
 from populora_core.stages.table import stage_names
 from tasks.orphans import crash_orphans
 from tasks.stages import finish, prepare, stage_task

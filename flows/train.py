@@ -21,7 +21,7 @@ from prefect.runtime import flow_run
 
 from flows.generation import generation_flow, lock_holder
 from populora_core.config import DEFAULT_PRESET, ConfigError, load_config
-from populora_core.rundir.run import RunDir, create_run, default_runs_dir, open_run
+from populora_core.run import RunDir, create_run, default_runs_dir, open_run
 from tasks.orphans import crash_orphans
 from tasks.stages import check_intact, recompute_artifact
 from tasks.tracking import sync_tracking

@@ -33,8 +33,8 @@ import numpy as np
 import pandas as pd
 
 from populora_core.config import ConfigError
+from populora_core.run import RunDir
 from populora_core.rundir.artifacts import write_parquet_atomic
-from populora_core.rundir.run import RunDir
 from populora_core.seeding import numpy_generator
 
 COLUMNS = ["student_gen", "student_id", "teacher_gen", "teacher_id", "problem_id", "task_type", "status", "correct"]

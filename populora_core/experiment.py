@@ -258,7 +258,7 @@ def read_experiment(directory: str | Path) -> tuple[Experiment, dict[tuple[str, 
     says how many were read): a claim compares runs of the same length only."""
     from populora_core.analysis.claims import run_statistics
     from populora_core.analysis.data import load_run
-    from populora_core.rundir.run import RunDir
+    from populora_core.run import RunDir
 
     spec, directory = open_experiment(directory)
     stats = {}
@@ -298,7 +298,7 @@ def run_command(directory: Path, arm: str, seed: int, cluster: dict | None = Non
     `train` for a new run, `resume` for one that exists."""
     import sys
 
-    from populora_core.rundir.run import RunDir
+    from populora_core.run import RunDir
 
     spec, directory = open_experiment(directory)
     record = json.loads((directory / EXPERIMENT_FILE).read_text())

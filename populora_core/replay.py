@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from populora_core.config import ConfigError, load_config
+from populora_core.run import RunDir, build_run, check_run_id
 from populora_core.rundir.links import link_tree
-from populora_core.rundir.run import RunDir, build_run, check_run_id
 from populora_core.rundir.storage import optimizer_dropped
 from populora_core.stages import runner, table
 

@@ -18,9 +18,9 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+from populora_core.run import RunDir
 from populora_core.rundir.artifacts import SUCCESS
 from populora_core.rundir.diskfull import is_disk_full, raise_if_disk_full
-from populora_core.rundir.run import RunDir
 
 STATE = "tracking"
 """The key of ``run.json`` holding the tracking runs' ids."""

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from populora_core.evaluation.items import PROTOCOLS
 from populora_core.evaluation.paired import on_shared_items
 from populora_core.evaluation.pipeline import paired_report, protocol_title
+from populora_core.run import RunDir
 from populora_core.rundir.artifacts import read_parquet
-from populora_core.rundir.run import RunDir
 
 
 def newest_results(run: RunDir, protocol: str) -> tuple[int, Path]:

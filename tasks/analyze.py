@@ -9,7 +9,7 @@ from prefect.cache_policies import NO_CACHE
 
 from populora_core.analysis.data import load_run
 from populora_core.analysis.report import write_report
-from populora_core.rundir.run import default_runs_dir, open_run
+from populora_core.run import default_runs_dir, open_run
 from tasks.tracking import log_report
 from tasks.ui import artifact_key
 

@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from populora_core.evaluation import pipeline
 from populora_core.evaluation.benchmarks import BENCHMARKS, has_data
 from populora_core.evaluation.datasets import data_dir as default_data_dir
-from populora_core.rundir.run import open_run
+from populora_core.run import open_run
 from tasks.ui import artifact_key
 
 __all__ = [

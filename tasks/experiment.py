@@ -10,7 +10,7 @@ from pathlib import Path
 from prefect import task
 
 from populora_core.experiment import open_experiment, run_command, runs_dir_of
-from populora_core.rundir.run import RunDir
+from populora_core.run import RunDir
 
 _DIE_WITH_PARENT = (
     "import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0); "  # PR_SET_PDEATHSIG

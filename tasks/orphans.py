@@ -20,7 +20,7 @@ import socket
 from pathlib import Path
 from uuid import UUID
 
-from populora_core.rundir.run import RunDir, default_runs_dir
+from populora_core.run import RunDir, default_runs_dir
 
 _LIVE = ("RUNNING", "CANCELLING")
 

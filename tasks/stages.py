@@ -16,7 +16,7 @@ from collections.abc import Callable
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from populora_core.rundir.run import RunDir
+from populora_core.run import RunDir
 from populora_core.stages import generation as gen
 from populora_core.stages import runner, summary, table
 from tasks.tracking import warn

@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import MissingContextError
 
 from populora_core import tracking
-from populora_core.rundir.run import RunDir
+from populora_core.run import RunDir
 
 
 def warn(lines: list[str]) -> None:

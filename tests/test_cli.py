@@ -169,7 +169,7 @@ def test_revive_prints_a_systemd_unit_and_leaves_finished_held_and_stopped_runs_
     or not a run."""
     from cli.revive import unfinished
     from populora_core.config import load_config
-    from populora_core.rundir.run import create_run
+    from populora_core.run import create_run
 
     env_api = {**os.environ, "PREFECT_API_URL": "http://127.0.0.1:4321/api"}
     unit = subprocess.run(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 
@@ -46,7 +47,7 @@ def test_flows_import_only_tasks_the_run_module_and_config():
     allowed = (
         "tasks",
         "flows",
-        "populora_core.rundir.run",
+        "populora_core.run",
         "populora_core.rundir.lock",
         "populora_core.config",
         "populora_core.stages.table",
@@ -106,6 +107,47 @@ def test_no_import_circles():
             for nxt in sorted(graph[name]):
                 if nxt == start:
                     circles.append(" → ".join([*trail, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*trail, nxt]))
+    assert not circles, "\n".join(sorted(circles, key=len)[:10])
+
+
+def _package(module: str) -> str:
+    """The layer a module belongs to: ``populora_core.<package>`` (or the library's top-level
+    module), else the top package (``tasks``, ``flows``, ``cli``)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "populora_core" else parts[0]
+
+
+def test_no_package_needs_another_that_needs_it():
+    """The library's packages are layers: no package reaches itself through another's imports
+    (lazy and type-only ones included), e.g. the run directory's files (``rundir``) below the
+    population that writes them, and the run (``populora_core.run``) above both. A circle of
+    packages is a layer that cannot be read, tested or moved alone."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    paths = {}
+    for package in ("populora_core", "tasks", "flows", "cli"):
+        for path in (root / package).rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, dict[str, str]] = {}  # package → package it imports → one module pair saying so
+    for name, path in paths.items():
+        for dep in _imported(name, path, set(paths)):
+            a, b = _package(name), _package(dep)
+            if a != b and "populora_core" not in (a, b):  # the package's own __init__ is no layer
+                graph.setdefault(a, {}).setdefault(b, f"{name} → {dep}")
+    circles = []
+    for start in sorted(graph):
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, trail = stack.pop()
+            for nxt in sorted(graph.get(node, {})):
+                if nxt == start:
+                    edges = [graph[a][b] for a, b in itertools.pairwise([*trail, start])]
+                    circles.append(" → ".join([*trail, start]) + f"  ({'; '.join(edges)})")
                 elif nxt not in seen:
                     seen.add(nxt)
                     stack.append((nxt, [*trail, nxt]))

@@ -22,8 +22,8 @@ from populora_core.metrics.coverage import (
 )
 from populora_core.metrics.dynamics import oscillation, problem_triviality, solve_rates_by_source
 from populora_core.metrics.stats import Interval, cluster_rate, design_effect, mean_interval, wilson
+from populora_core.run import RunDir
 from populora_core.rundir.artifacts import ArtifactError
-from populora_core.rundir.run import RunDir
 from populora_core.stages.runner import check_intact
 
 GATHERED = ("problems", "verdicts", "rewards", "ratings", "lineage", "coverage", "proposals", "probes", "train_metrics")

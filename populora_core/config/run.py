@@ -151,7 +151,7 @@ class BaselineConfig(_Frozen):
 
 
 class StorageConfig(_Frozen):
-    """What a run keeps on disk (populora_core/rundir/run.py, population/adapters.py)."""
+    """What a run keeps on disk (populora_core/run.py, population/adapters.py)."""
 
     optimizer_snapshots: int = Field(1, ge=0)
     """Snapshots (newest first) that keep each adapter's optimizer state; older snapshots keep

@@ -50,8 +50,8 @@ from populora_core.evaluation.tables import (
     scores_table,
 )
 from populora_core.inference.base import BASE
+from populora_core.run import RunDir
 from populora_core.rundir.artifacts import read_parquet, write_parquet_atomic, write_text_atomic
-from populora_core.rundir.run import RunDir
 
 CHUNK_REQUESTS = 256
 """Completions per checkpoint of a benchmark's evaluation: ``chunk_items`` gives each chunk

@@ -12,7 +12,7 @@ from radon.metrics import h_visit_ast
 from radon.raw import analyze
 from radon.visitors import ComplexityVisitor
 
-METRIC_NAMES: tuple[str, ...] = ("ast_depth", "cyclomatic", "loc", "halstead")
+from populora_core.rundir.schemas import METRIC_NAMES
 
 
 def ast_depth(tree: ast.AST) -> int:

@@ -36,8 +36,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from populora_core.metrics.complexity import complexity_metrics
-
-DESCRIPTOR_NAMES: tuple[str, ...] = ("depth", "branches", "lines", "volume", "control", "data", "calls", "arith")
+from populora_core.rundir.schemas import DESCRIPTOR_NAMES
 
 _CONTROL = (
     ast.If,

@@ -1,7 +1,7 @@
-"""The run on disk: where everything lives (``layout``), the run itself (``run``: create,
-open, list, read and write), its Parquet artifacts, their schemas and atomic writes
-(``artifacts``), what it keeps and proof that it is intact (``storage``), the one process
-allowed to work on it (``lock``) and hard links instead of copies (``links``). It may import
-the config, the population's adapter store and the metrics' column names; never the stages,
-the engine or the evaluation.
+"""The run directory's files: where everything lives (``layout``), its Parquet artifacts, their
+schemas and atomic writes (``artifacts``, ``schemas``), what it keeps and proof that it is intact
+(``storage``), the one process allowed to work on it (``lock``), who worked on a generation
+(``attempts``) and hard links instead of copies (``links``). The lowest layer above the config:
+it imports nothing else of the library. The run itself (create, open, its population) is
+``populora_core.run``, above the population and the metrics that write these files.
 """

@@ -1,6 +1,6 @@
 """Artifacts: their schemas, atomic writes of files and directories, completeness markers.
 
-Where each artifact lives in a run directory is ``populora_core.rundir.run``' business;
+Where each artifact lives in a run directory is ``populora_core.run``' business;
 this module only knows files and directories. Every Parquet artifact has a pyarrow
 schema (``SCHEMAS`` for the stages' outputs, ``RUN_SCHEMAS`` for the population
 snapshots and the CVT archive) and carries ``run_id``, ``generation`` and

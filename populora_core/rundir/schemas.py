@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from populora_core.metrics.complexity import METRIC_NAMES
-from populora_core.metrics.coverage import DESCRIPTOR_NAMES
+METRIC_NAMES: tuple[str, ...] = ("ast_depth", "cyclomatic", "loc", "halstead")
+"""The complexity columns of a problem (``metrics.complexity`` computes them; named here, where
+the artifacts are, so the run directory's files need none of the metrics' code)."""
+DESCRIPTOR_NAMES: tuple[str, ...] = ("depth", "branches", "lines", "volume", "control", "data", "calls", "arith")
+"""The behaviour descriptors of a program, the coverage archive's axes (``metrics.coverage``)."""
 
 _STR, _I32, _F64, _BOOL = pa.string(), pa.int32(), pa.float64(), pa.bool_()
 _STRS, _INTS, _F32S = pa.list_(pa.string()), pa.list_(pa.int32()), pa.list_(pa.float32())

@@ -8,8 +8,8 @@ import time
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from populora_core.run import ATTEMPT_ID, RunDir
 from populora_core.rundir import storage
-from populora_core.rundir.run import ATTEMPT_ID, RunDir
 from populora_core.stages import runner, summary
 
 

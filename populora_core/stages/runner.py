@@ -19,9 +19,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from populora_core.problems import seed_buffers
+from populora_core.run import ATTEMPT_ID, RunDir
 from populora_core.rundir import attempts, links, storage
 from populora_core.rundir.artifacts import DamagedArtifact, artifact_path, damage
-from populora_core.rundir.run import ATTEMPT_ID, RunDir
 from populora_core.stages import table
 
 

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 from populora_core.metrics.complexity import METRIC_NAMES
 from populora_core.metrics.dynamics import TRIVIAL_DEPTH, problem_triviality, solve_rates_by_source
+from populora_core.run import RunDir
 from populora_core.rundir.artifacts import artifacts_in
-from populora_core.rundir.run import RunDir
 from populora_core.rundir.storage import bytes_written
 
 

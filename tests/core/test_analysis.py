@@ -18,7 +18,7 @@ from populora_core.analysis.data import (
     learning_sentences,
 )
 from populora_core.analysis.report import PLOTS, lineage_tree, write_report
-from populora_core.rundir.run import RunDir
+from populora_core.run import RunDir
 
 TRIVIAL = "def f(a):\n    return a"
 REAL = [

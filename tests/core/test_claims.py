@@ -21,7 +21,7 @@ from populora_core.analysis.claims import (
 from populora_core.analysis.data import RunData, learning_curves
 from populora_core.metrics.dynamics import oscillation
 from populora_core.metrics.stats import cluster_rate, wilson
-from populora_core.rundir.run import RunDir
+from populora_core.run import RunDir
 
 TRIVIAL = "def f(a):\n    return a"
 REAL = (

@@ -231,21 +231,35 @@ def _restart_engine(after_s: float, down_s: float) -> None:
 @pytest.mark.docker
 @pytest.mark.heavy  # restarts the Docker engine twice, ~30 s
 def test_a_docker_engine_restarted_mid_batch_or_between_batches_costs_a_pause_and_no_verdict(caplog):
-    """Fails before `SandboxPool._wait_for_engine`: the dead containers' jobs were blamed (retried,
-    then `sandbox_failure`) and the new containers could not be made (the stage died). Between
-    two batches the engine's restart took every idle container: the next batch's first jobs
-    are not blamed either."""
+    """The verify stage's batch (``check_answers``, what ``stages.play.verify`` calls) while the
+    engine restarts: every verdict is the one an undisturbed batch gives. Fails before
+    `SandboxPool._wait_for_engine`: the dead containers' jobs were blamed (retried, then
+    `sandbox_failure`) and the new containers could not be made (the stage died). Between two
+    batches the engine's restart took every idle container: the next batch's first jobs are not
+    blamed either."""
+    from populora_core.config import ProblemsConfig
+    from populora_core.problems import Problem, check_answers
+
     pidfile = Path(os.environ.get("POPULORA_CACHE", Path.home() / ".cache" / "populora")) / "dockerd.pid"
     if not pidfile.is_file():
         pytest.skip("restarts only the Docker engine scripts/dockerd.sh started (make test does)")
-    jobs = [Job(code=f"import time\ntime.sleep(0.25)\nprint({i})", expr=f"{i} ** 2") for i in range(60)]
+    # abduction: the student's input runs through the teacher's program in the sandbox (0.25 s each)
+    program = "def f(x):\n    import time\n    time.sleep(0.25)\n    return x * x"
+    items = [
+        (Problem("code_i", program, (str(i),), (str(i * i),)), f"<answer>```input\n{i}\n```</answer>")
+        for i in range(30)
+    ]
+    items += [
+        (Problem("code_i", program, (str(i),), (str(i * i),)), f"<answer>```input\n{i + 1}\n```</answer>")
+        for i in range(1, 31)
+    ]
     pool = start_pool("docker", workers=2, timeout_s=5.0)
     restart = threading.Thread(target=_restart_engine, args=(2.0, 3.0))
-    expected = [("ok", f"{i}\n", str(i**2)) for i in range(60)]
+    expected = [("correct", "ok")] * 30 + [("wrong", "ok")] * 30
     try:
         restart.start()
         with caplog.at_level(logging.WARNING, logger="populora_core.sandbox.pool"):
-            results = pool.run(jobs)
+            results = [(r.verdict, r.sandbox_status) for r in check_answers(items, pool, ProblemsConfig())]
             restart.join()
             # a second restart between two batches (two stages), the pool idle: its next batch waits for nothing
             _restart_engine(0.0, 1.0)
@@ -254,8 +268,8 @@ def test_a_docker_engine_restarted_mid_batch_or_between_batches_costs_a_pause_an
     finally:
         restart.join()
         pool.close()
-    assert [(r.status, r.stdout, r.value) for r in results] == expected
-    assert [(r.status, r.value) for r in again] == [(s, v) for s, _, v in expected]
+    assert results == expected
+    assert [(r.status, r.value) for r in again] == [("ok", str(i**2)) for i in range(60)]
     # a container killed while its engine still answered (the stop kills them first) counts one try,
     # as any dead worker does; the job runs again and its verdict is the same
     assert pool.stats.engine_waits == 2 and pool.stats.sandbox_failures == 0

@@ -21,8 +21,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from populora_core import tracking
 from populora_core.config import load_config
+from populora_core.run import RunDir, build_run
 from populora_core.rundir.artifacts import mark_success
-from populora_core.rundir.run import RunDir, build_run
 
 REPO = Path(__file__).resolve().parents[2]
 NAN = float("nan")
@@ -183,7 +183,7 @@ def sync_killed(run: RunDir, kill: str) -> None:
         [
             "import os, signal",
             "from populora_core import tracking",
-            "from populora_core.rundir.run import RunDir",
+            "from populora_core.run import RunDir",
             KILLS[kill],
             f"tracking.sync(RunDir({str(run.root)!r}))",
         ]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from populora_core.run import RunDir
 from populora_core.rundir.artifacts import TMP_MARK, to_table
-from populora_core.rundir.run import RunDir
 from populora_core.stages.table import get_stage
 
 

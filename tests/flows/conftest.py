@@ -148,7 +148,7 @@ TRAIN = ["train", "--preset", "cpu-tiny", "--generations", str(GENERATIONS)]
 @pytest.fixture(scope="session")
 def reference_run(prefect_server, tiny_model, tmp_path_factory):
     """One uninterrupted cpu-tiny run of two generations (SmolLM2-135M, 2 + 2, evolution every generation)."""
-    from populora_core.rundir.run import RunDir
+    from populora_core.run import RunDir
 
     runs = tmp_path_factory.mktemp("runs")
     result = populora([*TRAIN, "--run-id", "reference", "--runs-dir", str(runs)], prefect_server)
@@ -159,7 +159,7 @@ def reference_run(prefect_server, tiny_model, tmp_path_factory):
 @pytest.fixture(scope="session")
 def baseline_run(prefect_server, tiny_model, tmp_path_factory):
     """One generation of the single-agent baseline (cpu-tiny-baseline: one adapter in both roles)."""
-    from populora_core.rundir.run import RunDir
+    from populora_core.run import RunDir
 
     runs = tmp_path_factory.mktemp("baseline-runs")
     args = ["train", "--preset", "cpu-tiny-baseline", "--generations", "1", "--run-id", "baseline"]

@@ -139,7 +139,7 @@ def _wait_until_gone(deadline_s: float = 30) -> list[str]:
 
 
 def test_a_generation_on_two_nodes_equals_the_local_run(ray_cluster, reference_run, prefect_server, tmp_path):
-    from populora_core.rundir.run import RunDir
+    from populora_core.run import RunDir
 
     args = ["train", "--preset", "cpu-tiny", "--generations", "1", "--run-id", "on-ray"]
     result = populora([*args, "--runs-dir", str(tmp_path), *on_cluster(ray_cluster)], prefect_server)
@@ -170,7 +170,7 @@ def _fresh_logs(faults: Path) -> None:
 def test_a_worker_killed_during_update_costs_only_its_adapter(
     ray_cluster, faults, reference_run, prefect_server, tmp_path
 ):
-    from populora_core.rundir.run import RunDir
+    from populora_core.run import RunDir
 
     _fresh_logs(faults)
     (faults / "update").write_text("")

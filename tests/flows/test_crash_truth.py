@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from populora_core.run import RunDir
 from populora_core.rundir.artifacts import artifact_path
-from populora_core.rundir.run import RunDir
 from tests.flows.conftest import populora, prefect_runs, start_populora, still_running
 
 

@@ -11,7 +11,7 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from populora_core.config import load_config
-from populora_core.rundir.run import RunDir, create_run
+from populora_core.run import RunDir, create_run
 from tasks.ui import artifact_key
 from tests.faults.inject import fault_env
 from tests.flows.conftest import BIN, REPO, prefect_runs, still_running

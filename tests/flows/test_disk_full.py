@@ -62,7 +62,7 @@ def _tensorboard_pairs(run) -> set[tuple[str, int]]:
 def test_a_full_disk_at_a_write_of_each_kind_stops_in_one_line_and_resume_finishes_the_same_run(
     small_disk, reference_run, prefect_server
 ):
-    from populora_core.rundir.run import RunDir
+    from populora_core.run import RunDir
 
     runs = small_disk / "runs"
     run = RunDir(runs / "full")
@@ -94,7 +94,7 @@ def test_a_full_disk_during_an_evaluation_keeps_its_judged_chunk_and_the_same_co
 
     import pandas as pd
 
-    from populora_core.rundir.run import RunDir
+    from populora_core.run import RunDir
 
     run = RunDir(small_disk / "runs" / "evaluated")
     shutil.copytree(reference_run.root, run.root)

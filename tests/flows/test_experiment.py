@@ -8,8 +8,8 @@ import os
 import signal
 import time
 
+from populora_core.run import RunDir
 from populora_core.rundir.artifacts import SUCCESS
-from populora_core.rundir.run import RunDir
 from tests.flows.conftest import populora, prefect_runs, start_populora
 
 EXPERIMENT = """\

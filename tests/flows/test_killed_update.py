@@ -68,7 +68,7 @@ def memory_cgroup():
 def test_an_update_killed_by_the_oom_killer_is_named_with_its_signal_and_peak_memory_and_resume_finishes(
     memory_cgroup, prefect_server, tiny_model, tmp_path
 ):
-    from populora_core.rundir.run import RunDir
+    from populora_core.run import RunDir
 
     runs = tmp_path / "runs"
     run = RunDir(runs / "oom")

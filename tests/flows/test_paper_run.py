@@ -18,8 +18,8 @@ import pytest
 
 from populora_core.inference.base import adapter_digest
 from populora_core.inference.vllm_server import DEFAULT_VENV, served_name
+from populora_core.run import RunDir
 from populora_core.rundir.artifacts import SUCCESS, artifacts_in, partial_files, schema_difference
-from populora_core.rundir.run import RunDir
 from populora_core.stages.table import TABLE
 from tests.flows.conftest import assert_same_run, populora
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
+from populora_core.run import RunDir
 from populora_core.rundir.artifacts import RUN_SCHEMAS, SCHEMA_VERSION, SCHEMAS
-from populora_core.rundir.run import RunDir
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what embedded:smollm2-135m-instruct was made from
 

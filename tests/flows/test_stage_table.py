@@ -12,8 +12,8 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from flows.generation import generation_flow
 from populora_core.replay import prepare_replay
+from populora_core.run import RunDir
 from populora_core.rundir.artifacts import SCHEMAS, SUCCESS, read_artifact
-from populora_core.rundir.run import RunDir
 from populora_core.stages import runner, table
 
 

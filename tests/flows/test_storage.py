@@ -7,8 +7,8 @@ import hashlib
 import shutil
 
 from populora_core.analysis.data import load_run
+from populora_core.run import RunDir
 from populora_core.rundir.links import link_or_copy
-from populora_core.rundir.run import RunDir
 from populora_core.rundir.storage import OPTIMIZER_STATE, unique_bytes
 from tests.flows.conftest import populora
 

@@ -20,6 +20,7 @@ import pytest
 from populora_core.config import load_config
 from populora_core.population.adapters import load_hall, members_from_frame
 from populora_core.population.replacement import in_grace
+from populora_core.run import RunDir
 from populora_core.rundir.artifacts import (
     SUCCESS,
     artifact_path,
@@ -28,7 +29,6 @@ from populora_core.rundir.artifacts import (
     read_artifact,
     schema_difference,
 )
-from populora_core.rundir.run import RunDir
 from populora_core.stages.evolve import rated as rated_members
 from populora_core.stages.table import TABLE, get_stage, stage_names
 from tasks.ui import artifact_key

@@ -30,7 +30,7 @@ def private_ray():
 
 def test_a_resumed_run_moves_to_the_cluster_and_back(tmp_path):
     from populora_core.config import ConfigError
-    from populora_core.rundir.run import create_run
+    from populora_core.run import create_run
 
     run = create_run(tmp_path, load_config(preset="cpu-tiny", overrides=["cluster.nodes=2"]), run_id="moves")
     before = run.config()

@@ -103,7 +103,7 @@ def test_partial_files_are_found_and_removed(tmp_path):
 
 
 def test_run_layout_knows_complete_and_next_generations(tmp_path):
-    from populora_core.rundir.run import RunDir
+    from populora_core.run import RunDir
 
     run = RunDir(tmp_path / "r")
     for g in (0, 1, 2):
@@ -118,8 +118,8 @@ def test_run_layout_knows_complete_and_next_generations(tmp_path):
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
 def test_an_unreadable_artifact_is_named_in_one_line_with_the_command_that_recomputes_it(tmp_path, damage):
+    from populora_core.run import RunDir
     from populora_core.rundir.artifacts import DamagedArtifact
-    from populora_core.rundir.run import RunDir
     from populora_core.stages.runner import damaged, is_done, remove_damaged
     from populora_core.stages.table import get_stage
 

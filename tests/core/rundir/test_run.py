@@ -19,8 +19,8 @@ import pytest
 from populora_core.config import load_config
 from populora_core.metrics.coverage import DESCRIPTOR_NAMES
 from populora_core.models import checkpoint_digest
+from populora_core.run import RunDir, create_run, list_runs
 from populora_core.rundir.artifacts import TMP_MARK, full_schema, schema_difference
-from populora_core.rundir.run import RunDir, create_run, list_runs
 from populora_core.rundir.storage import STALE_BUILD_S
 from tests.helpers import TINY_QWEN2
 

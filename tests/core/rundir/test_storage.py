@@ -19,9 +19,9 @@ from populora_core.population.adapters import (
     save_population,
 )
 from populora_core.population.lora import LoraAdapter, LoraFactors
+from populora_core.run import RunDir
 from populora_core.rundir.artifacts import SUCCESS, mark_success
 from populora_core.rundir.links import link_dir_atomic
-from populora_core.rundir.run import RunDir
 from populora_core.rundir.storage import (
     OPTIMIZER_STATE,
     PrunedSnapshot,

@@ -1,5 +1,5 @@
 """A run: creating it whole or not at all, opening it, listing runs, reading and writing
-its artifacts and config (its paths: ``layout``).
+its artifacts and config (its paths: ``rundir.layout``; its files: ``rundir``).
 
 A run is created whole or not at all: the configuration is validated, the base model
 resolved and the sandbox backend checked *before* anything is written, and the directory
