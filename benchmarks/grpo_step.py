@@ -107,7 +107,7 @@ def trl(model, tokenizer, batch, micro: int, repeats: int) -> float:
         trainer.create_optimizer_and_scheduler(num_training_steps=10)
         trainer.model.train()
         if CHECKPOINTING:  # what Trainer.train() would switch on; the same setting as ours
-            trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            trainer.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         log(f"TRL gradient checkpointing: {getattr(trainer.model, 'is_gradient_checkpointing', None)}")
         trainer.current_gradient_accumulation_steps = len(batch) // micro
         pad = tokenizer.pad_token_id or 0

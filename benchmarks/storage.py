@@ -169,6 +169,7 @@ def simulated(preset: str, model_config: dict, scratch: Path, generations: int =
         ratings = pd.DataFrame({"adapter_id": ids, "mu": [25.0 + i for i in range(len(ids))], "sigma": 1.0})
         evolve(
             members=members,
+            members_dir=run.members_dir(g),
             updated_dir=run.updated(g),
             ratings=ratings.assign(conservative=ratings["mu"] - 3),
             next_members_dir=run.members_dir(g + 1),

@@ -1,8 +1,9 @@
 """The update of one adapter from its own rollouts.
 
-A PEFT model holding every population adapter is updated one adapter at a
-time: only that adapter's parameters are trainable and handed to the
-optimizer, so every other adapter stays bit-identical. Micro-batches of
+``Trainer`` holds one PEFT LoRA slot on the base model: each update loads an adapter's factors
+into it, trains them and reads them back (``extract_adapter``), so updates of different
+adapters share one model and never see each other's weights. ``update_adapter`` trains the
+named adapter of a PEFT model, the only parameters it marks trainable. Micro-batches of
 ``micro_batch_size`` sequences accumulate gradients over the whole batch;
 the model returns logits for completion positions only (in its own dtype), and
 the float32 log-softmax over the vocabulary is taken a chunk of positions at a time. Optimizer state is
@@ -163,12 +164,9 @@ def trainable_parameters(model, adapter_id: str) -> list[torch.nn.Parameter]:
 
 def _checkpointing(model, wanted: bool) -> bool:
     """Turns activation checkpointing on when ``wanted`` and the model supports it."""
-    if not (wanted and hasattr(model, "gradient_checkpointing_enable")):
+    if not (wanted and hasattr(model, "activation_checkpointing_enable")):
         return False
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 renamed it
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     return True
 
 
@@ -254,7 +252,7 @@ def update_adapter(
 def _back_to_eval(model, params, checkpointing: bool) -> None:
     """The model as generation and the next update expect it: eval mode, nothing trainable."""
     if checkpointing:
-        getattr(model, "activation_checkpointing_disable", model.gradient_checkpointing_disable)()
+        model.activation_checkpointing_disable()
     model.eval()
     for p in params:
         p.requires_grad_(False)

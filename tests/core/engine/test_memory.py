@@ -50,7 +50,7 @@ def _saved_bytes(model, rollouts, checkpointing: bool) -> int:
             whole_sequence_logprobs(model, rollouts, 0, 16)
     finally:
         if checkpointing:
-            getattr(model, "activation_checkpointing_disable", model.gradient_checkpointing_disable)()
+            model.activation_checkpointing_disable()
         model.eval()
     return sum(seen.values())
 
