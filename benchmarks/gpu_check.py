@@ -242,7 +242,7 @@ def update(args, shape: dict, adapter: LoraAdapter, trainer: Trainer, checkpoint
     return {
         f"{label}_seconds": seconds,
         f"{label}_tokens_per_s": args.sequences * (args.prompt + args.completion) / seconds,
-        f"{label}_completion_tokens_per_s": metrics["charts/tokens_per_s"],
+        f"{label}_completion_tokens_per_s": metrics["tokens_per_s"],
         f"{label}_delta": delta_change(adapter, after),
         f"{label}_peak_memory_gb": peak_memory_gb(args.device),
         f"{label}_plan_gb": sum(predicted.values()) / 1e9,

@@ -235,7 +235,7 @@ def run_ours(setup: Setup, init, workdir: Path, pool: SandboxPool) -> tuple[list
         adapter, metrics, state = trainer.update(adapter, rollouts, cfg.grpo, state, seed=step)
         save_adapter(adapter, workdir / f"step{step}", cfg.model.name)
         backend.load_adapter(ADAPTER, workdir / f"step{step}")
-        extra = {"loss": metrics["losses/policy"], "problems_seen": _span(step * len(problems), len(problems))}
+        extra = {"loss": metrics["loss"], "problems_seen": _span(step * len(problems), len(problems))}
         rows.append(step_row("ours", step, verdicts, time.perf_counter() - started, extra))
         keep = ckpt / f"ours-step{step}"
         save_adapter(adapter, keep, cfg.model.name)

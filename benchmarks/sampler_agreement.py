@@ -94,13 +94,13 @@ def main() -> None:
         ]
         figures = sampler_agreement(pairs, cap=1.2)
         out[f"learner_{dtype}"] = {
-            "tokens": int(figures["agreement/tokens"]),
-            "gap_mean": round(figures["agreement/logprob_gap_mean"], 6),
-            "gap_p99": round(figures["agreement/logprob_gap_p99"], 6),
+            "tokens": int(figures["sampler_tokens"]),
+            "gap_mean": round(figures["sampler_gap_mean"], 6),
+            "gap_p99": round(figures["sampler_gap_p99"], 6),
             "gap_max": round(max(abs(a - b) for x, y in pairs for a, b in zip(x, y, strict=True)), 6),
-            "ratio_std": round(figures["agreement/ratio_std"], 6),
-            "ratio_max": round(figures["agreement/ratio_max"], 6),
-            "beyond_clip_frac": round(figures["agreement/truncated_frac"], 6),
+            "ratio_std": round(figures["sampler_ratio_std"], 6),
+            "ratio_max": round(figures["sampler_ratio_max"], 6),
+            "beyond_clip_frac": round(figures["truncated_frac"], 6),
         }
         del trainer, base
     print(json.dumps(out))

@@ -86,10 +86,8 @@ def _imported(module: str, path, known: set[str]) -> set[str]:
     return resolved
 
 
-def test_no_import_circles():
-    """No module of the library, the tasks, the flows or the command line reaches itself
-    through its imports, lazy and type-only ones included, inside a package too: a circle
-    hidden in a function or a TYPE_CHECKING block is still two files that need each other."""
+def _project_modules() -> dict:
+    """Module name → file of every module of the library, the tasks, the flows and the CLI."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
@@ -98,18 +96,32 @@ def test_no_import_circles():
         for path in (root / package).rglob("*.py"):
             parts = path.relative_to(root).with_suffix("").parts
             paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    graph = {name: _imported(name, path, set(paths)) for name, path in paths.items()}
+    return paths
+
+
+def _circles(graph: dict) -> list[list[str]]:
+    """Every path from a node back to itself (depth-first from each node, in name order)."""
     circles = []
-    for start in sorted(graph):  # depth-first from each module: a path back to it is a circle
+    for start in sorted(graph):
         stack, seen = [(start, [start])], set()
         while stack:
-            name, trail = stack.pop()
-            for nxt in sorted(graph[name]):
+            node, trail = stack.pop()
+            for nxt in sorted(graph.get(node, ())):
                 if nxt == start:
-                    circles.append(" → ".join([*trail, start]))
+                    circles.append([*trail, start])
                 elif nxt not in seen:
                     seen.add(nxt)
                     stack.append((nxt, [*trail, nxt]))
+    return circles
+
+
+def test_no_import_circles():
+    """No module of the library, the tasks, the flows or the command line reaches itself
+    through its imports, lazy and type-only ones included, inside a package too: a circle
+    hidden in a function or a TYPE_CHECKING block is still two files that need each other."""
+    paths = _project_modules()
+    graph = {name: _imported(name, path, set(paths)) for name, path in paths.items()}
+    circles = [" → ".join(c) for c in _circles(graph)]
     assert not circles, "\n".join(sorted(circles, key=len)[:10])
 
 
@@ -125,30 +137,14 @@ def test_no_package_needs_another_that_needs_it():
     (lazy and type-only ones included), e.g. the run directory's files (``rundir``) below the
     population that writes them, and the run (``populora_core.run``) above both. A circle of
     packages is a layer that cannot be read, tested or moved alone."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    paths = {}
-    for package in ("populora_core", "tasks", "flows", "cli"):
-        for path in (root / package).rglob("*.py"):
-            parts = path.relative_to(root).with_suffix("").parts
-            paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    paths = _project_modules()
     graph: dict[str, dict[str, str]] = {}  # package → package it imports → one module pair saying so
     for name, path in paths.items():
         for dep in _imported(name, path, set(paths)):
             a, b = _package(name), _package(dep)
             if a != b and "populora_core" not in (a, b):  # the package's own __init__ is no layer
                 graph.setdefault(a, {}).setdefault(b, f"{name} → {dep}")
-    circles = []
-    for start in sorted(graph):
-        stack, seen = [(start, [start])], set()
-        while stack:
-            node, trail = stack.pop()
-            for nxt in sorted(graph.get(node, {})):
-                if nxt == start:
-                    edges = [graph[a][b] for a, b in itertools.pairwise([*trail, start])]
-                    circles.append(" → ".join([*trail, start]) + f"  ({'; '.join(edges)})")
-                elif nxt not in seen:
-                    seen.add(nxt)
-                    stack.append((nxt, [*trail, nxt]))
+    circles = [
+        " → ".join(c) + f"  ({'; '.join(graph[a][b] for a, b in itertools.pairwise(c))})" for c in _circles(graph)
+    ]
     assert not circles, "\n".join(sorted(circles, key=len)[:10])

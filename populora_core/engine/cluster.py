@@ -289,14 +289,45 @@ class RaySandboxPool:
 def _train_task(config_json: str, model_path: str, fn: Callable | None, job: Any) -> Any:
     """A Ray task: ``fn(trainer, job)`` with this worker's trainer (built once per worker);
     with no ``fn``, builds the trainer only and returns (node, process id) (``RayTrainer.prestart``)."""
+    import ray
+
     config = _local(RunConfig.model_validate_json(config_json))
     runtime = get_runtime(config, Path(model_path))
+    gpus = [str(g) for g in ray.get_gpu_ids()]
     if runtime._trainer is None:  # the first task of this worker: will the trainers Ray puts on this GPU fit?
         from populora_core.engine.placement import check_ray_update
 
         check_ray_update(config, Path(model_path))
+        _TRAINER_GPUS[:] = gpus
+    check_same_gpus(_TRAINER_GPUS, gpus)
     trainer = runtime.trainer
     return fn(trainer, job) if fn is not None else (node_name(), os.getpid())
+
+
+_TRAINER_GPUS: list[str] = []
+"""The GPUs Ray gave this worker's first update task: where its cached trainer lives."""
+
+
+def check_same_gpus(first: list[str], now: list[str]) -> None:
+    """A worker's trainer stays on the GPUs of its first task (CUDA fixes a process's devices at
+    its first use, whatever ``CUDA_VISIBLE_DEVICES`` Ray sets later): a task given other GPUs
+    would train on GPUs Ray counts as another task's. ``update_task_options`` keeps GPU workers
+    to one task each, so this is a guard, not a path."""
+    if first != now:
+        raise RuntimeError(
+            f"this Ray worker's trainer is on GPU(s) {first or 'none'} but Ray gave this update GPU(s) "
+            f"{now or 'none'}: a worker reused for GPU tasks must not keep its trainer (max_calls=1)"
+        )
+
+
+def update_task_options(config: RunConfig) -> dict:
+    """``ray.remote`` options of the update task. On GPUs a worker runs one task (``max_calls``
+    1, Ray's own default for a function decorated with GPUs, which ``.options()`` does not
+    apply): its trainer cannot follow Ray to another GPU; each update then loads the base
+    anew. On CPUs workers are reused and keep their trainer warm (``RayTrainer.prestart``)."""
+    spec = config.resources("update")
+    options = {**spec.ray_options(), "max_retries": config.cluster.max_retries}
+    return options | ({"max_calls": 1} if spec.num_gpus else {})
 
 
 class RayTrainer:
@@ -308,9 +339,7 @@ class RayTrainer:
         connect(config.cluster)
         self.config = config
         self._args = (config.model_dump_json(), str(model_path))
-        self._task = ray.remote(_train_task).options(
-            **config.resources("update").ray_options(), max_retries=config.cluster.max_retries
-        )
+        self._task = ray.remote(**update_task_options(config))(_train_task)
         self._warming: list = []
 
     def slots(self) -> int:
@@ -328,7 +357,10 @@ class RayTrainer:
     def prestart(self) -> None:
         """Starts as many update workers as can run at once, each loading its trainer (base model,
         optimizer settings), without waiting: the update tasks then find them warm, having
-        paid the workers' start-up during the stages before `update`."""
+        paid the workers' start-up during the stages before `update`. Not on GPUs, where a
+        worker runs one task (``update_task_options``)."""
+        if self.config.resources("update").num_gpus:
+            return
         self._warming = [self._task.remote(*self._args, None, None) for _ in range(self.slots())]
 
     def map(self, fn: Callable[[Any, T], R], jobs: Sequence[T], *, desc: str | None = None) -> list[R]:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from populora_core.config import RunConfig
 from populora_core.inference.base import adapter_digest
+from populora_core.inference.vllm_server import TRAINER_ALLOC_MARK
 from populora_core.models import resolve_dtype
 
 if TYPE_CHECKING:  # torch is imported by what needs it: sandbox actors import this module without it
@@ -80,6 +81,7 @@ class Runtime:
             from populora_core.training.trainer import Trainer
 
             model_cfg = self.config.model
+            expandable_segments()
             model, tokenizer = load_model(self.model_path, dtype=model_cfg.dtype, device=model_cfg.device)
             self._trainer = Trainer(model, tokenizer, self.config.population)
         return self._trainer
@@ -129,6 +131,28 @@ class Runtime:
 
 _RUNTIMES: dict[str, Runtime] = {}
 _LOCK = threading.Lock()
+
+
+ALLOC_CONF = "expandable_segments:True"
+
+
+def expandable_segments() -> None:
+    """CUDA's caching allocator for the trainer: every micro-batch has other prompt and completion
+    lengths, so its activations come in ever new sizes, which fragment fixed segments until a
+    request fails with memory free; expandable segments grow one mapping instead (PyTorch's
+    advice for such loads). A ``PYTORCH_CUDA_ALLOC_CONF`` the user set wins; set before the
+    process's first CUDA allocation, or, in a process that already made one (the hf backend
+    generating on the GPU), applied to the segments allocated from now on."""
+    import os
+
+    if os.environ.get("PYTORCH_CUDA_ALLOC_CONF"):
+        return
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = ALLOC_CONF
+    os.environ[TRAINER_ALLOC_MARK] = "1"  # a vLLM server this process starts goes without it
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.memory._set_allocator_settings(ALLOC_CONF)  # the documented setting, applied late
 
 
 def get_runtime(config: RunConfig, model_path: Path, kind: type[Runtime] = Runtime) -> Runtime:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -56,6 +57,9 @@ from populora_core.inference.vllm_server import (  # noqa: F401 - re-exported: t
 )
 
 log = logging.getLogger(__name__)
+MAX_RESTARTS = 3
+"""Servers a backend starts again after they died, over its life; past that the stage fails
+naming the cause (a server that dies at every start needs a person)."""
 
 
 def _post(url: str, body: dict, timeout: float) -> dict:
@@ -122,7 +126,10 @@ class VLLMBackend:
         log_path: Path | None = None,
     ) -> None:
         self.tokenizer = tokenizer
-        self.request_timeout_s = request_timeout_s
+        self.request_timeout_s, self.startup_timeout_s = request_timeout_s, startup_timeout_s
+        self.paths: dict[str, Path] = {}  # adapter id -> the directory of its served version (a restart reloads it)
+        self.restarts = 0  # servers started again after they died, over this backend's life
+        self._reviving = threading.Lock()
         self.max_model_len = max_model_len
         self._clipped = 0  # requests of the last generate() given less room than asked
         self.adapters: set[str] = set()
@@ -208,7 +215,7 @@ class VLLMBackend:
                 for server in loaded:
                     _unload(server, name)
                 raise
-            self.served[adapter_id] = name
+            self.served[adapter_id], self.paths[adapter_id] = name, Path(path)
             if old is not None:
                 for server in self.servers:
                     _unload(server, old)
@@ -225,7 +232,7 @@ class VLLMBackend:
     def encode(self, request: GenerationRequest) -> list[int]:
         return encode_prompt(self.tokenizer, request)
 
-    def _one(self, request: GenerationRequest, params: SamplingParams, server: _Server) -> list[Completion]:
+    def _one(self, request: GenerationRequest, params: SamplingParams, index: int) -> list[Completion]:
         prompt = self.encode(request)
         room = self.max_model_len - len(prompt)
         if room < 1:  # longer than the servers accept: a cut-off answer (a format error), not a failed stage
@@ -249,14 +256,7 @@ class VLLMBackend:
             "return_tokens_as_token_ids": True,
             "skip_special_tokens": True,
         }
-        try:
-            reply = _post(f"{server.url}/v1/completions", body, self.request_timeout_s)
-        except VLLMRequestError as exc:
-            if exc.status < 500:
-                raise
-            raise VLLMServerError(server.explain(exc)) from None
-        except OSError as exc:  # refused, reset, timed out: the server died or hangs
-            raise VLLMServerError(server.explain(exc)) from None
+        reply = self._post_to(index, body)
         out = []
         for choice in sorted(reply["choices"], key=lambda c: c["index"]):
             lp = choice.get("logprobs") or {}
@@ -275,6 +275,47 @@ class VLLMBackend:
             )
         return out
 
+    def _post_to(self, index: int, body: dict) -> dict:
+        """``body`` to server ``index``'s completions; a server started here that died meanwhile
+        (an OOM kill) is started again with every adapter and the request sent again: a seeded
+        request samples the same tokens on a fresh server. At most ``MAX_RESTARTS`` a backend."""
+        while True:
+            server = self.servers[index]
+            try:
+                return _post(f"{server.url}/v1/completions", body, self.request_timeout_s)
+            except VLLMRequestError as exc:
+                if exc.status < 500:
+                    raise
+                failure: BaseException = exc
+            except OSError as exc:  # refused, reset, timed out: the server died or hangs
+                failure = exc
+            if not self._revive(index, server):
+                raise VLLMServerError(server.explain(failure)) from None
+
+    def _revive(self, index: int, dead: _Server) -> bool:
+        """Starts server ``index`` again if ``dead`` was started here and has exited (once, however
+        many requests saw it die); False when it is alive, not ours, or restarted too often."""
+        with self._reviving:
+            if self.servers[index] is not dead:  # another request's thread started it again
+                return True
+            if self.restarts >= MAX_RESTARTS or dead.launch is None or not dead.died():
+                return False
+            log.warning(
+                "vLLM server %s exited (code %s; log %s): starting it again with %d adapters, then the "
+                "requests it held", dead.url, dead.proc.returncode, dead.log_path, len(self.served),
+            )  # fmt: skip
+            fresh = dead.respawn()
+            try:
+                fresh.wait_healthy(time.monotonic() + self.startup_timeout_s)
+                for adapter_id, name in self.served.items():
+                    _load(fresh, {"lora_name": name, "lora_path": str(self.paths[adapter_id].resolve())})
+            except BaseException:
+                fresh.close()
+                raise
+            dead.close()
+            self.servers[index], self.restarts = fresh, self.restarts + 1
+            return True
+
     def generate(
         self, requests: Sequence[GenerationRequest], params: SamplingParams, *, progress: str | None = None
     ) -> list[list[Completion]]:
@@ -283,7 +324,7 @@ class VLLMBackend:
             return []
         n, self._clipped = len(self.servers), 0
         with ThreadPoolExecutor(max_workers=min(64 * n, len(requests))) as pool:
-            results = pool.map(lambda i: self._one(requests[i], params, self.servers[i % n]), range(len(requests)))
+            results = pool.map(lambda i: self._one(requests[i], params, i % n), range(len(requests)))
             with tqdm(results, total=len(requests), desc=progress, disable=progress is None, leave=False) as bar:
                 out = list(bar)  # the bar is closed on an error too: an error line starts a line of its own
         if self._clipped:

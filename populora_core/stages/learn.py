@@ -7,6 +7,7 @@ ratings from the matches.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,8 @@ from populora_core.seeding import derive_seed
 from populora_core.training.grpo import advantage_groups, compute_advantages
 from populora_core.training.rollouts import Rollout
 from populora_core.training.trainer import Trainer, TrainerPool
+
+log = logging.getLogger(__name__)
 
 
 # reward --------------------------------------------------------------------------
@@ -184,6 +187,12 @@ def train_one(trainer: Trainer, job: UpdateJob) -> dict:
     row = dict(
         job.row, updated=True, delta_change=delta_change(before, adapter), node=node_name(), **_train_columns(metrics)
     )
+    if splits := int(metrics.get("oom_splits", 0)):  # said and kept (metrics.json) beside the adapter
+        micro = int(metrics["micro_batch"])
+        said = f"{job.row['adapter_id']}: micro-batch {job.grpo.micro_batch_size} → {micro} (out of memory {splits}×)"
+        attempts.note("split", said)
+        log.warning("update %s; set grpo.micro_batch_size=%d to start there", said, micro)
+        row |= {"micro_batch": micro, "oom_splits": splits}
     save_updated(job.target, adapter, state, row, job.base_model)
     return row
 
@@ -218,7 +227,7 @@ def update(
         batch = training_batch(m.adapter_id, rewards, proposals, rollouts)
         reason = skip_reason(batch, rewards.loc[rewards["adapter_id"] == m.adapter_id, "reward"], config.grpo.enabled)
         row = dict.fromkeys(("loss", "clip_frac", "kl", "grad_norm", "tokens", "seconds", "delta_change"), 0.0)
-        row.update(dict.fromkeys(AGREEMENT.values(), float("nan")))
+        row.update(dict.fromkeys(AGREEMENT, float("nan")))
         row.update(adapter_id=m.adapter_id, samples=len(batch), updated=False, skip_reason=reason, steps=0, node="")
         if reason:  # unchanged: the snapshot's files, linked (links.link_dir_atomic), not copied
             link_dir_atomic(source, target, extra={"metrics.json": json.dumps(row)})
@@ -232,26 +241,18 @@ def update(
     return pd.DataFrame([rows[m.adapter_id] for m in members], columns=columns("train_metrics"))
 
 
-AGREEMENT = {
-    "agreement/logprob_gap_mean": "sampler_gap_mean",
-    "agreement/logprob_gap_p99": "sampler_gap_p99",
-    "agreement/ratio_std": "sampler_ratio_std",
-    "agreement/ratio_max": "sampler_ratio_max",
-    "agreement/truncated_frac": "truncated_frac",
-}
-"""The trainer's sampler/learner agreement metrics and their train_metrics columns (NaN when not measured)."""
+AGREEMENT = ("sampler_gap_mean", "sampler_gap_p99", "sampler_ratio_std", "sampler_ratio_max", "truncated_frac")
+"""The trainer's sampler/learner agreement metrics (train_metrics columns; NaN when not measured)."""
+TRAINED = ("loss", "clip_frac", "kl", "grad_norm", "tokens", "seconds")
+"""The trainer's metrics that are train_metrics columns under the same name (and, per adapter,
+the tracked ``train/<adapter>/<name>``): one name from the loss to the dashboard."""
 
 
 def _train_columns(metrics: dict[str, float]) -> dict:
     return {
-        **{column: metrics.get(key, float("nan")) for key, column in AGREEMENT.items()},
-        "steps": int(metrics["charts/steps"]),
-        "loss": metrics["losses/policy"],
-        "clip_frac": metrics["losses/clip_frac"],
-        "kl": metrics["losses/kl"],
-        "grad_norm": metrics["charts/grad_norm"],
-        "tokens": metrics["charts/tokens"],
-        "seconds": metrics["charts/seconds"],
+        **{name: metrics.get(name, float("nan")) for name in AGREEMENT},
+        **{name: metrics[name] for name in TRAINED},
+        "steps": int(metrics["steps"]),
     }
 
 

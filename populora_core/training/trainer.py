@@ -13,7 +13,9 @@ exactly.
 Sampler/learner agreement: every update measures |log π_sampler − log π_learner| over the
 tokens of its first optimizer step (all of them with ``grpo.old_logprobs: learner``, which
 recomputes π_old before that step) and reports its mean, 99th percentile and the spread of
-the ratio π_learner / π_sampler (``agreement/*`` metrics; ``training/grpo.py`` has the loss).
+the ratio π_learner / π_sampler (``sampler_*`` metrics; ``training/grpo.py`` has the loss).
+Metric names are the train_metrics columns they become (``stages.learn``), and what tracking
+logs per adapter as ``train/<adapter>/<name>``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import torch
 from tqdm.auto import tqdm
 
+from populora_core.training.device import autocast_for, back_to_eval, enable_checkpointing, return_freed_memory
 from populora_core.training.grpo import policy_loss
 from populora_core.training.prefix import shared_prompt_logprobs
 from populora_core.training.rollouts import Rollout, completion_values, model_device, whole_sequence_logprobs
@@ -68,16 +71,19 @@ def _minibatch_step(
     sums,
     shared: bool,
     measured: list | None = None,
+    micro_batch: int | None = None,
 ) -> float:
-    """Gradients of one minibatch (token-mean over it, micro-batch by micro-batch); returns the
-    clipped norm. ``shared``: each distinct prompt of a micro-batch runs once (``prefix``).
-    ``measured``: gets (learner's, π_old's) log-probs of each sequence, before this step."""
+    """Gradients of one minibatch (token-mean over it, micro-batch by micro-batch of
+    ``micro_batch`` sequences, default ``config.micro_batch_size``); returns the clipped norm.
+    ``shared``: each distinct prompt of a micro-batch runs once (``prefix``). ``measured``: gets
+    (learner's, π_old's) log-probs of each sequence, before this step."""
+    micro_batch = micro_batch or config.micro_batch_size
     chunk_tokens = sum(len(r.completion_ids) for r in chunk)
     logprobs = shared_prompt_logprobs if shared else whole_sequence_logprobs
     chunk = _by_prompt(chunk) if shared else chunk
     cap = config.importance_cap
-    for s in range(0, len(chunk), config.micro_batch_size):
-        batch = chunk[s : s + config.micro_batch_size]
+    for s in range(0, len(chunk), micro_batch):
+        batch = chunk[s : s + micro_batch]
         adv = torch.tensor([r.advantage for r in batch], dtype=torch.float32, device=model_device(model))
         with autocast:
             logp, comp, old = logprobs(model, batch, pad_id, config.logprob_chunk)
@@ -138,14 +144,14 @@ def sampler_agreement(pairs: Sequence[tuple], cap: float | None = None) -> dict[
         return {}
     gap, ratio = (learner - sampler).abs(), torch.exp(learner - sampler)
     out = {
-        "agreement/logprob_gap_mean": float(gap.mean()),
-        "agreement/logprob_gap_p99": float(torch.quantile(gap, 0.99)),
-        "agreement/ratio_std": float(ratio.std(unbiased=False)),
-        "agreement/ratio_max": float(ratio.max()),
-        "agreement/tokens": float(learner.numel()),
+        "sampler_gap_mean": float(gap.mean()),
+        "sampler_gap_p99": float(torch.quantile(gap, 0.99)),
+        "sampler_ratio_std": float(ratio.std(unbiased=False)),
+        "sampler_ratio_max": float(ratio.max()),
+        "sampler_tokens": float(learner.numel()),
     }
     if cap is not None:
-        out["agreement/truncated_frac"] = float((ratio > cap).double().mean())
+        out["truncated_frac"] = float((ratio > cap).double().mean())
     return out
 
 
@@ -162,14 +168,6 @@ def trainable_parameters(model, adapter_id: str) -> list[torch.nn.Parameter]:
     return params
 
 
-def _checkpointing(model, wanted: bool) -> bool:
-    """Turns activation checkpointing on when ``wanted`` and the model supports it."""
-    if not (wanted and hasattr(model, "activation_checkpointing_enable")):
-        return False
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    return True
-
-
 def old_logprobs_source(config: GRPOConfig, *, low_precision: bool) -> str:
     """``grpo.old_logprobs`` made concrete: ``auto`` is the learner's own log-probs on a
     bf16/fp16 base (sampling and scoring round differently there), the sampler's on a float32
@@ -178,13 +176,6 @@ def old_logprobs_source(config: GRPOConfig, *, low_precision: bool) -> str:
     if config.old_logprobs != "auto":
         return config.old_logprobs
     return "learner" if low_precision else "sampler"
-
-
-def _autocast(model):
-    """A bf16/fp16 base: LoRA master weights stay fp32 (for AdamW), matmuls run in the low precision."""
-    low = next(model.parameters()).dtype
-    device = next(model.parameters()).device.type
-    return torch.autocast(device_type=device, dtype=low) if low in (torch.bfloat16, torch.float16) else nullcontext()
 
 
 def update_adapter(
@@ -207,9 +198,9 @@ def update_adapter(
     if optimizer_state:
         optimizer.load_state_dict(optimizer_state)
     model.train()
-    checkpointing = _checkpointing(model, config.gradient_checkpointing)
+    checkpointing = enable_checkpointing(model, config.gradient_checkpointing)
     total_tokens = sum(len(r.completion_ids) for r in rollouts)
-    autocast = _autocast(model)
+    autocast = autocast_for(model)
     sums = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0}
     steps, grad_norm = 0, 0.0
     if generator is not None:
@@ -221,41 +212,65 @@ def update_adapter(
         rollouts, agreement = _with_learners_old(model, rollouts, config, pad_id, autocast, shared)
     parts = min(config.minibatches, len(rollouts))
     bounds = [round(i * len(rollouts) / parts) for i in range(parts + 1)]
+    room = {"micro_batch": config.micro_batch_size, "splits": 0}
     for _ in range(config.epochs):
         for lo, hi in itertools.pairwise(bounds):
-            optimizer.zero_grad(set_to_none=True)
             chunk = rollouts[lo:hi]
             first = steps == 0 and old == "sampler"
             seen: list | None = [] if first else None
-            grad_norm = _minibatch_step(model, chunk, params, config, pad_id, autocast, sums, shared, seen)
+            grad_norm = _fitting_step(
+                model, optimizer, chunk, params, config, pad_id, autocast, sums, shared, seen, room
+            )
             if seen is not None:
                 agreement = sampler_agreement(seen, config.importance_cap)
             optimizer.step()
             steps += 1
     optimizer.zero_grad(set_to_none=True)
-    _back_to_eval(model, params, checkpointing)
-    seconds = time.perf_counter() - started
-    metrics = {
-        "losses/policy": sums["loss"] / steps,
-        "losses/clip_frac": sums["clip_frac"] / steps,
-        "losses/kl": sums["kl"] / steps,
-        "charts/grad_norm": grad_norm,
-        "charts/steps": float(steps),
-        "charts/tokens": float(total_tokens),
-        "charts/seconds": seconds,
-        "charts/tokens_per_s": total_tokens * config.epochs / seconds,
-        **agreement,
+    back_to_eval(model, params, checkpointing)
+    sums |= {"steps": steps, "grad_norm": grad_norm, "tokens": total_tokens, "epochs": config.epochs}
+    sums["seconds"] = time.perf_counter() - started
+    return _update_metrics(sums, room) | agreement, to_cpu(optimizer.state_dict())
+
+
+def _update_metrics(sums: dict, room: dict) -> dict[str, float]:
+    """An update's metrics from its running sums (loss, clip fraction and KL summed over its
+    steps) and the micro-batch it ended with (``room``)."""
+    steps = sums["steps"]
+    return {
+        "loss": sums["loss"] / steps,
+        "clip_frac": sums["clip_frac"] / steps,
+        "kl": sums["kl"] / steps,
+        "grad_norm": sums["grad_norm"],
+        "steps": float(steps),
+        "tokens": float(sums["tokens"]),
+        "seconds": sums["seconds"],
+        "tokens_per_s": sums["tokens"] * sums["epochs"] / sums["seconds"],
+        "micro_batch": float(room["micro_batch"]),
+        "oom_splits": float(room["splits"]),
     }
-    return metrics, to_cpu(optimizer.state_dict())
 
 
-def _back_to_eval(model, params, checkpointing: bool) -> None:
-    """The model as generation and the next update expect it: eval mode, nothing trainable."""
-    if checkpointing:
-        model.activation_checkpointing_disable()
-    model.eval()
-    for p in params:
-        p.requires_grad_(False)
+def _fitting_step(model, optimizer, chunk, params, config, pad_id, autocast, sums, shared, seen, room) -> float:
+    """``_minibatch_step`` from zero gradients at the micro-batch size in ``room``. A micro-batch
+    that runs out of device memory halves that size (for the rest of the update; ``room``
+    counts the splits) and the minibatch is computed again from zero gradients: the update is
+    the one the smaller ``grpo.micro_batch_size`` gives (the loss is a token-weighted sum over
+    micro-batches). Out of memory at one sequence is raised."""
+    while True:
+        optimizer.zero_grad(set_to_none=True)
+        kept_sums, kept_seen = dict(sums), None if seen is None else list(seen)
+        try:
+            micro = room["micro_batch"]
+            return _minibatch_step(model, chunk, params, config, pad_id, autocast, sums, shared, seen, micro)
+        except torch.OutOfMemoryError:
+            if room["micro_batch"] == 1:
+                raise
+        sums.update(kept_sums)
+        if seen is not None:
+            seen[:] = kept_seen
+        room["micro_batch"], room["splits"] = room["micro_batch"] // 2, room["splits"] + 1
+        optimizer.zero_grad(set_to_none=True)
+        return_freed_memory()  # the failed micro-batch's blocks back before the smaller one
 
 
 def to_cpu(value):
@@ -361,7 +376,7 @@ class Trainer:
             generator=generator,
         )
         adapter = extract_adapter(self.model, self.SLOT)
-        _return_freed_memory()
+        return_freed_memory()
         return adapter, metrics, state
 
     def map(self, fn: Callable[[Trainer, T], R], jobs: Sequence[T], *, desc: str | None = None) -> list[R]:
@@ -369,21 +384,3 @@ class Trainer:
         another (``cluster.RayTrainer.map`` runs them as one Ray task each)."""
         with tqdm(jobs, desc=desc, unit="adapter", leave=False, disable=desc is None) as bar:  # closed on errors too
             return [fn(self, job) for job in bar]
-
-
-def _return_freed_memory() -> None:
-    """Hands the update's freed activations back: on a GPU, torch's cached blocks to the driver
-    (a vLLM server sharing the GPU, or one started after a resume, finds them free); on the
-    CPU, glibc's free lists to the OS. glibc keeps them otherwise: seen here, a cpu-arms-race
-    process (two model copies) still held 8.7 GB while it generated after its update, with
-    two such runs side by side on 24 GB. A no-op where glibc is absent."""
-    import ctypes
-    import gc
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass

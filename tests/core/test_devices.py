@@ -98,7 +98,7 @@ def test_an_update_makes_its_tensors_on_the_model_device_and_returns_cpu_factors
     with off_default_device():
         after, metrics, state = trainer.update(before, rollouts, grpo, None, seed=3)
         again, _, _ = trainer.update(after, rollouts, grpo, state, seed=4)  # from the stored optimizer state
-    assert metrics["charts/steps"] == 2 and math.isfinite(metrics["losses/policy"])
+    assert metrics["steps"] == 2 and math.isfinite(metrics["loss"])
     tensors = [t for _, f in after for t in (f.A, f.B)]
     assert {t.device.type for t in tensors} == {"cpu"}  # written to adapter files from the CPU
     stored = [v for s in state["state"].values() for v in s.values() if isinstance(v, torch.Tensor)]

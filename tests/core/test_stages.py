@@ -72,3 +72,46 @@ def test_a_copy_of_a_seed_or_of_a_buffer_problem_is_a_repeat_not_a_fresh_problem
     rewards = reward(proposals=bad, problems=problems, rollouts=rollouts, verdicts=verdicts, config=azr, generation=0)
     rewards = rewards.set_index("item_id")["reward"]
     assert (rewards["t/p0"], rewards["t/p1"]) == (-0.5, -1.0)
+
+
+def test_an_update_that_split_its_micro_batch_says_so_and_keeps_it_beside_the_adapter(tmp_path):
+    """`train_one` with a trainer that ran out of memory once (``oom_splits``): the
+    attempts file of the generation names the adapter and the sizes, and the adapter's
+    metrics.json keeps the micro-batch it ended with (a resume reads it back; the setting to
+    start there is logged)."""
+    import json
+
+    from populora_core.config import GRPOConfig
+    from populora_core.population.adapters import save_adapter
+    from populora_core.rundir import attempts
+    from populora_core.stages.learn import UpdateJob, train_one
+    from populora_core.training.rollouts import Rollout
+    from tests.core.population.conftest import random_adapter
+
+    adapter = random_adapter(0)
+    save_adapter(adapter, tmp_path / "before")
+    metrics = {"steps": 1.0, "loss": 0.1, "clip_frac": 0.0, "kl": 0.0}
+    metrics |= {"grad_norm": 1.0, "tokens": 4.0, "seconds": 0.1}
+    metrics |= {"micro_batch": 2.0, "oom_splits": 2.0}
+
+    class SplitTwice:  # what `Trainer.update` returns after halving 8 → 4 → 2
+        def update(self, before, batch, grpo, state, *, seed):
+            return before, metrics, None
+
+    row = {"adapter_id": "student-g0000-0", "samples": 1, "skip_reason": ""}
+    job = UpdateJob(
+        tmp_path / "before",
+        tmp_path / "after",
+        (Rollout([1], [2], [-1.0], 1.0),),
+        GRPOConfig(micro_batch_size=8),
+        0,
+        row,
+        "",
+    )
+    log = tmp_path / "_attempts.jsonl"
+    with attempts.stage(log, "a1", "update"):
+        out = train_one(SplitTwice(), job)
+    assert (out["micro_batch"], out["oom_splits"]) == (2, 2)
+    assert json.loads((tmp_path / "after" / "metrics.json").read_text())["micro_batch"] == 2
+    [split] = [x for x in attempts.read_lines(log) if x.get("event") == "split"]
+    assert split["detail"] == "student-g0000-0: micro-batch 8 → 2 (out of memory 2×)"

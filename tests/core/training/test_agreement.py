@@ -63,9 +63,9 @@ def test_the_sampler_is_the_learner_on_hf_so_the_gap_is_zero(model, checkpointin
     metrics, _ = update_adapter(
         model, "alice", sampled(model), cfg(gradient_checkpointing=checkpointing, old_logprobs=old)
     )
-    assert metrics["agreement/tokens"] == sum(3 + k for k in range(3)) * 2
-    assert metrics["agreement/logprob_gap_mean"] < 1e-5 and metrics["agreement/logprob_gap_p99"] < 1e-5
-    assert metrics["agreement/ratio_std"] < 1e-5
+    assert metrics["sampler_tokens"] == sum(3 + k for k in range(3)) * 2
+    assert metrics["sampler_gap_mean"] < 1e-5 and metrics["sampler_gap_p99"] < 1e-5
+    assert metrics["sampler_ratio_std"] < 1e-5
 
 
 def test_a_broken_sampler_moves_the_metric_and_the_cap_bounds_the_update(model):
@@ -78,16 +78,16 @@ def test_a_broken_sampler_moves_the_metric_and_the_cap_bounds_the_update(model):
     ]:
         m = copy.deepcopy(model)
         runs[name] = update_adapter(m, "alice", rollouts, config)[0]
-    assert runs["clean"]["agreement/logprob_gap_mean"] < 1e-5
-    assert runs["broken"]["agreement/logprob_gap_mean"] == pytest.approx(3.0, abs=1e-4)
-    assert runs["broken"]["agreement/ratio_max"] == pytest.approx(math.exp(3.0), rel=1e-3)
+    assert runs["clean"]["sampler_gap_mean"] < 1e-5
+    assert runs["broken"]["sampler_gap_mean"] == pytest.approx(3.0, abs=1e-4)
+    assert runs["broken"]["sampler_ratio_max"] == pytest.approx(math.exp(3.0), rel=1e-3)
     # uncorrected, the clipped ratio is e^3 on every token: the negative-advantage tokens' gradient is
     # multiplied by it, the positive ones' is clipped to zero
-    assert runs["broken"]["charts/grad_norm"] > 5 * runs["clean"]["charts/grad_norm"]
+    assert runs["broken"]["grad_norm"] > 5 * runs["clean"]["grad_norm"]
     # corrected: ρ = π_θ / π_learner is 1 at the step, every weight is truncated to C, so the
     # gradient is C times the clean one, exactly
-    assert runs["corrected"]["agreement/truncated_frac"] == 1.0
-    assert runs["corrected"]["charts/grad_norm"] == pytest.approx(cap * runs["clean"]["charts/grad_norm"], rel=1e-4)
+    assert runs["corrected"]["truncated_frac"] == 1.0
+    assert runs["corrected"]["grad_norm"] == pytest.approx(cap * runs["clean"]["grad_norm"], rel=1e-4)
 
 
 def test_the_weighted_loss_is_the_papers_formula():
@@ -114,10 +114,10 @@ def test_the_weighted_loss_is_the_papers_formula():
 def test_agreement_figures_on_known_pairs():
     pairs = [([0.0, -1.0], [0.0, -1.5]), ([-2.0], [-2.0])]
     out = sampler_agreement(pairs, cap=1.5)
-    assert out["agreement/logprob_gap_mean"] == pytest.approx(0.5 / 3)
-    assert out["agreement/ratio_max"] == pytest.approx(math.exp(0.5))
-    assert out["agreement/truncated_frac"] == pytest.approx(1 / 3)  # e^0.5 = 1.65 > 1.5
-    assert out["agreement/tokens"] == 3 and sampler_agreement([]) == {}
+    assert out["sampler_gap_mean"] == pytest.approx(0.5 / 3)
+    assert out["sampler_ratio_max"] == pytest.approx(math.exp(0.5))
+    assert out["truncated_frac"] == pytest.approx(1 / 3)  # e^0.5 = 1.65 > 1.5
+    assert out["sampler_tokens"] == 3 and sampler_agreement([]) == {}
 
 
 def test_a_cap_without_the_learners_old_logprobs_is_refused():
@@ -175,8 +175,8 @@ def test_hf_samples_are_scored_by_the_learner_within_1e_4_in_fp32(smollm_sampled
     config = GRPOConfig(learning_rate=1e-4, micro_batch_size=4, old_logprobs=old)
     for a in ids:
         _, metrics, _ = trainer.update(adapters[a], by_adapter[a], config, None)
-        assert metrics["agreement/tokens"] == sum(len(r.completion_ids) for r in by_adapter[a]) > 40
-        assert metrics["agreement/logprob_gap_p99"] < 1e-4, metrics
-        assert metrics["agreement/ratio_std"] < 1e-4
+        assert metrics["sampler_tokens"] == sum(len(r.completion_ids) for r in by_adapter[a]) > 40
+        assert metrics["sampler_gap_p99"] < 1e-4, metrics
+        assert metrics["sampler_ratio_std"] < 1e-4
     _, swapped, _ = trainer.update(adapters[ids[1]], by_adapter[ids[0]], config, None)
-    assert swapped["agreement/logprob_gap_mean"] > 1e-2, swapped  # seen: 0.073 (in place: 2.7e-6)
+    assert swapped["sampler_gap_mean"] > 1e-2, swapped  # seen: 0.073 (in place: 2.7e-6)

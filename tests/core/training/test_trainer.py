@@ -69,7 +69,7 @@ def test_a_step_moves_probability_towards_positive_advantage(model):
     metrics, _ = update_adapter(model, "alice", batch, CFG)
     assert seq_logp(model, "alice", [1, 2, 3], [4, 5, 6, 7]) > good_before
     assert seq_logp(model, "alice", [1, 2, 3], [8, 9, 10, 11]) < bad_before
-    assert metrics["charts/tokens"] == 8 and metrics["charts/grad_norm"] > 0
+    assert metrics["tokens"] == 8 and metrics["grad_norm"] > 0
 
 
 def test_updating_one_adapter_leaves_the_others_bit_identical(model):
@@ -120,7 +120,7 @@ def test_minibatches_are_shuffled_by_the_given_generator_only(model):
         twin = copy.deepcopy(model)
         gen = None if seed is None else torch.Generator().manual_seed(seed)
         metrics, _ = update_adapter(twin, "alice", batch, cfg, generator=gen)
-        assert metrics["charts/steps"] == 2
+        assert metrics["steps"] == 2
         return {k: v for k, v in twin.state_dict().items() if ".alice." in k}
 
     def same(a, b):
@@ -160,7 +160,7 @@ def test_auto_old_logprobs_follows_the_bases_precision(model, dtype, expected):
     for old in ("auto", expected):
         model.load_state_dict(start)
         metrics, _ = update_adapter(model, "alice", batch, CFG.model_copy(update={"old_logprobs": old}))
-        metrics = {k: v for k, v in metrics.items() if k not in ("charts/seconds", "charts/tokens_per_s")}
+        metrics = {k: v for k, v in metrics.items() if k not in ("seconds", "tokens_per_s")}
         runs[old] = (metrics, {k: v.clone() for k, v in model.state_dict().items() if ".alice." in k})
     assert runs["auto"][0] == runs[expected][0]
     other = "learner" if expected == "sampler" else "sampler"
@@ -178,3 +178,88 @@ def test_vllm_sampling_takes_the_learners_old_logprobs():
     hf = load_config(preset="cpu-tiny")
     vllm = load_config(preset="cpu-tiny", overrides=["inference.backend=vllm"])
     assert _update_settings(hf).old_logprobs == "auto" and _update_settings(vllm).old_logprobs == "learner"
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_a_bf16_update_skips_peft_float32_input_copies_and_gives_the_same_adapter(model, monkeypatch, checkpointing):
+    """On a bf16 base the trainer's passes run under autocast with PEFT's cast of each LoRA input
+    to float32 turned off (``LowPrecision``): autocast cast that copy straight back, so the
+    update is bit for bit the one with the cast, and autograd keeps fewer bytes for it (without
+    checkpointing; with it the forward keeps each layer's input either way)."""
+    from populora_core.training import device, trainer
+
+    batch = rollouts(model, "alice")
+    for name, p in model.named_parameters():
+        if "lora_" not in name:
+            p.data = p.data.to(torch.bfloat16)
+    start = copy.deepcopy(model.state_dict())
+    config = CFG.model_copy(update={"gradient_checkpointing": checkpointing, "old_logprobs": "sampler"})
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+
+    def update() -> tuple[dict, dict, int]:
+        model.load_state_dict(start)
+        saved: dict[int, int] = {}
+
+        def pack(t):
+            if t.untyped_storage().data_ptr() not in params:
+                saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            metrics, _ = update_adapter(model, "alice", batch, config)
+        weights = {k: v.clone() for k, v in model.state_dict().items() if ".alice." in k}
+        return (
+            {k: v for k, v in metrics.items() if not k.startswith("seconds") and k != "tokens_per_s"},
+            weights,
+            sum(saved.values()),
+        )
+
+    metrics, weights, saved = update()
+    assert isinstance(device.autocast_for(model), device.LowPrecision)
+    with monkeypatch.context() as m:  # PEFT's own behaviour: every LoRA input cast to float32 first
+        m.setattr(trainer, "autocast_for", lambda mdl: torch.autocast("cpu", dtype=torch.bfloat16))
+        cast_metrics, cast_weights, cast_saved = update()
+    assert metrics == cast_metrics
+    assert all(torch.equal(v, cast_weights[k]) for k, v in weights.items())
+    assert any(not torch.equal(v, start[k]) for k, v in weights.items())  # it did train
+    # checkpointed, the forward keeps only each layer's input (the recompute is the backward's)
+    assert saved < cast_saved if not checkpointing else saved == cast_saved, (saved, cast_saved)
+
+
+def test_a_micro_batch_out_of_memory_is_split_and_the_update_is_the_smaller_micro_batchs(model):
+    """A stand-in for a GPU running out of memory (none here): the model raises torch's
+    OutOfMemoryError for any training pass over more than one sequence. The update halves its
+    micro-batch, computes the minibatch again from zero gradients, says so in its metrics, and
+    ends bit for bit where `grpo.micro_batch_size: 1` ends; out of memory at one sequence is raised."""
+    batch = rollouts(model, "alice")
+    start = copy.deepcopy(model.state_dict())
+
+    def too_big(limit: int):
+        def hook(_module, _args, kwargs):
+            if torch.is_grad_enabled() and kwargs["input_ids"].shape[0] > limit:
+                raise torch.OutOfMemoryError("stand-in: CUDA out of memory")
+
+        return hook
+
+    def update(micro_batch: int) -> tuple[dict, dict]:
+        model.load_state_dict(start)
+        config = CFG.model_copy(update={"micro_batch_size": micro_batch, "old_logprobs": "sampler"})
+        metrics, _ = update_adapter(model, "alice", batch, config)
+        return metrics, {k: v.clone() for k, v in model.state_dict().items() if ".alice." in k}
+
+    hook = model.register_forward_pre_hook(too_big(1), with_kwargs=True)
+    try:
+        split, split_weights = update(2)
+    finally:
+        hook.remove()
+    one, one_weights = update(1)
+    assert (split["oom_splits"], split["micro_batch"]) == (1.0, 1.0)
+    assert (one["oom_splits"], one["micro_batch"]) == (0.0, 1.0)
+    assert split["loss"] == one["loss"] and split["grad_norm"] == one["grad_norm"]
+    assert all(torch.equal(v, one_weights[k]) for k, v in split_weights.items())
+    hook = model.register_forward_pre_hook(too_big(0), with_kwargs=True)
+    try:
+        with pytest.raises(torch.OutOfMemoryError):
+            update(2)
+    finally:
+        hook.remove()
