@@ -36,7 +36,8 @@ def unfinished(root: Path, *, stopped: list[tuple[str, Path, dict]] | None = Non
             runs = [RunDir(runs_dir_of(path) / spec.run_id(arm, seed)) for arm, seed in spec.runs()]
             runs = [r for r in runs if r.exists()]
             left = len(runs) < len(spec.runs()) or any(r.next_generation() < spec.generations for r in runs)
-            how = next((h for r in runs if (h := r.stopped_by_person())), None)
+            open_runs = [r for r in runs if r.next_generation() < spec.generations]  # a complete run's mark is old
+            how = next((h for r in open_runs if (h := r.stopped_by_person())), None)
             if left and how and stopped is not None:
                 stopped.append(("experiment", path, how))
             elif left and not how and not any(r.holder() for r in runs):

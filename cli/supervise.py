@@ -10,7 +10,8 @@ same signal, or the same exit status), so a caller sees what it saw before.
 Ctrl-C reaches both (one process group): the child stops as it always did, the supervisor
 waits for it and marks the run stopped by a person (run.json), which `populora revive` leaves
 alone until a `populora resume` continues it. A SIGTERM or SIGHUP sent to the supervisor alone
-is passed on to the child.
+is passed on to the child. While no child runs (the run waits for its Prefect server) a
+person's signal ends the command at once, Ctrl-C marking the run the same way.
 
 ``python -m cli.supervise CALL`` is the child: ``CALL`` is the JSON of ``train_here``'s arguments.
 """
@@ -41,61 +42,111 @@ def supervise(console, run, call: dict) -> int:
     child that exited other than 0 is recorded in the attempts file of the generation it was
     computing; one killed by a signal is also explained in one line, and this process then
     dies of the same signal."""
-    if os.environ.get(CHILD_ENV) or call.get("foreground"):  # `--foreground`: a debugger reaches the stages
+    if os.environ.get(CHILD_ENV):
+        return train_here(call)
+    _person_stopped(run, None)  # continued: no longer left alone by `populora revive`
+    if call.get("foreground"):  # `--foreground`: a debugger reaches the stages
         return train_here(call)
     argv = [sys.executable, "-P", "-m", "cli.supervise", json.dumps(call)]  # -P: not the cwd's `cli`
     _become_subreaper()
     api, limit_s = outages.api_url(), run.config().outages.prefect_wait_s
-    child: subprocess.Popen | None = None
-    stopped: list[int] = []  # signals a person sent: the child's end is theirs, not an outage's
-
-    def forward(sig: int, _frame) -> None:
-        stopped.append(sig)
-        if child is not None:
-            os.kill(child.pid, sig)  # not Popen.send_signal: it would reap
-
-    _person_stopped(run, None)  # continued: no longer left alone by `populora revive`
-    passed_on = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    interrupt = signal.signal(signal.SIGINT, lambda sig, _frame: stopped.append(sig))  # the child gets it too
     try:
-        while True:  # a new child after each outage of the Prefect server that stopped the last one
-            attempt = uuid.uuid4().hex[:12]  # the child's attempt id (populora_core.run.ATTEMPT_ID), known here too
-            env = {**os.environ, CHILD_ENV: "1", COMMAND_ENV: process_command(), ATTEMPT_ENV: attempt}
-            child = subprocess.Popen(argv, env=env)
-            watch = outages.Watch(console, api, child.pid, limit_s) if api else None
-            status, usage = _wait_for(child.pid)
-            child.returncode = os.waitstatus_to_exitcode(status)
-            if watch:
-                watch.stop()
-            _stop_orphans()
-            lost = (
-                bool(watch)
-                and not stopped
-                and (child.returncode == OUTAGE or watch.outages or not outages.answers(api))
-            )
-            if child.returncode != 0:
-                _explain(console, run, attempt, child.pid, status, usage, quiet=bool(lost))
-            if not (watch and child.returncode != 0 and lost):
-                if watch and child.returncode == 0 and watch.down_since is not None:  # ended in an outage
-                    console.print(outages.ended_line(api, watch), soft_wrap=True)
-                break
-            if watch.gave_up or (waited := _wait_again(console, api, watch, limit_s)) is None:
-                waited = limit_s if watch.gave_up else time.monotonic() - (watch.down_since or time.monotonic())
-                console.print(outages.gave_up_line(api, waited, run.root), soft_wrap=True)
-                return 1
-            console.print(
-                f"the Prefect server at {api} answers again after {outages.duration(waited)}; the run "
-                f"goes on from generation {run.next_generation()} (as `populora resume` would)",
-                soft_wrap=True,
-            )
-    finally:
-        for sig, handler in {**passed_on, signal.SIGINT: interrupt}.items():
-            signal.signal(sig, handler)
-    if signal.SIGINT in stopped and child.returncode != 0:
+        with _PersonSignals() as person:
+            while True:  # a new child after each outage of the Prefect server that stopped the last one
+                attempt = uuid.uuid4().hex[:12]  # the child's attempt id (populora_core.run.ATTEMPT_ID)
+                env = {**os.environ, CHILD_ENV: "1", COMMAND_ENV: process_command(), ATTEMPT_ENV: attempt}
+                child = person.child = subprocess.Popen(argv, env=env)
+                watch = outages.Watch(console, api, child.pid, limit_s) if api else None
+                status, usage = _wait_for(child.pid)
+                child.returncode = os.waitstatus_to_exitcode(status)
+                if watch:
+                    watch.stop()
+                _stop_orphans()
+                lost = (
+                    bool(watch)
+                    and not person.stopped
+                    and (child.returncode == OUTAGE or watch.outages or not outages.answers(api))
+                )
+                if child.returncode != 0:
+                    _explain(console, run, attempt, child.pid, status, usage, quiet=bool(lost))
+                if not (watch and child.returncode != 0 and lost):
+                    if watch and child.returncode == 0 and watch.down_since is not None:  # ended in an outage
+                        console.print(outages.ended_line(api, watch), soft_wrap=True)
+                    break
+                if watch.gave_up or (waited := _wait_again(console, api, watch, limit_s)) is None:
+                    waited = limit_s if watch.gave_up else time.monotonic() - (watch.down_since or time.monotonic())
+                    console.print(outages.gave_up_line(api, waited, run.root), soft_wrap=True)
+                    return 1
+                console.print(
+                    f"the Prefect server at {api} answers again after {outages.duration(waited)}; the run "
+                    f"goes on from generation {run.next_generation()} (as `populora resume` would)",
+                    soft_wrap=True,
+                )
+    except _Stopped as stop:  # a person's signal while the run waited for the server: no new child
+        return _stopped_waiting(console, run, stop.sig)
+    if signal.SIGINT in person.stopped and child.returncode != 0:
         _person_stopped(run, "Ctrl-C")
     if os.WIFSIGNALED(status):
         _die_like(os.WTERMSIG(status))
     return child.returncode
+
+
+class _PersonSignals:
+    """A person's signals while the supervisor runs: a SIGTERM or SIGHUP sent to it alone is
+    passed on to the child, a Ctrl-C (which the child gets too, one process group) is noted;
+    between two children (waiting for the Prefect server) either ends the wait (``_Stopped``).
+    ``stopped``: the signals, so the child's end is read as theirs, not an outage's."""
+
+    def __init__(self) -> None:
+        self.stopped: list[int] = []
+        self.child: subprocess.Popen | None = None
+        self._before: dict = {}
+
+    def __enter__(self) -> _PersonSignals:
+        self._before = {sig: signal.signal(sig, self._forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        self._before[signal.SIGINT] = signal.signal(signal.SIGINT, self._interrupted)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._before.items():
+            signal.signal(sig, handler)
+
+    def _between_children(self) -> bool:
+        return self.child is not None and self.child.returncode is not None
+
+    def _forward(self, sig: int, _frame) -> None:
+        self.stopped.append(sig)
+        if self.child is None or self._between_children():
+            raise _Stopped(sig)
+        os.kill(self.child.pid, sig)  # not Popen.send_signal: it would reap
+
+    def _interrupted(self, sig: int, _frame) -> None:
+        self.stopped.append(sig)
+        if self._between_children():
+            raise _Stopped(sig)
+
+
+class _Stopped(Exception):
+    """A person's signal (``sig``) came while no training process was running."""
+
+    def __init__(self, sig: int) -> None:
+        super().__init__(sig)
+        self.sig = sig
+
+
+def _stopped_waiting(console, run, sig: int) -> int:
+    """Ends the command a person stopped while the run waited for the Prefect server (Ctrl-C
+    marks the run as theirs); the exit status a shell gives a process ended by ``sig``."""
+    from populora_core.rundir.attempts import signal_name
+
+    if sig == signal.SIGINT:
+        _person_stopped(run, "Ctrl-C")
+    console.print(
+        f"stopped by {signal_name(sig)} while the run waited for the Prefect server; "
+        f"`populora resume {run.root}` continues it",
+        soft_wrap=True,
+    )
+    return 128 + sig
 
 
 def _person_stopped(run, how: str | None) -> None:

@@ -45,7 +45,13 @@ def _post(api: str, path: str, body: dict) -> list[dict]:
 
 def generation_runs(api: str, run_id: str) -> list[dict]:
     """The run's generation flow runs (named ``RUN/genN``), oldest first."""
-    runs = _post(api, "flow_runs/filter", {"flow_runs": {"name": {"like_": f"{run_id}/gen"}}, "limit": 200})
+    runs, page = [], 200  # the server's largest page
+    while len(runs) % page == 0:
+        body = {"flow_runs": {"name": {"like_": f"{run_id}/gen"}}, "limit": page, "offset": len(runs)}
+        got = _post(api, "flow_runs/filter", body)
+        runs += got
+        if not got:
+            break
     return sorted((r for r in runs if r["name"].startswith(f"{run_id}/gen")), key=lambda r: r["created"])
 
 
@@ -91,7 +97,7 @@ def check(api: str, run_id: str, out: Path, chromium: str) -> dict:
                 page.goto(f"{ui}/artifacts/artifact/{artifact['id']}", wait_until="networkidle")
                 page.wait_for_timeout(2000)
                 facts = page.evaluate(PAGE_FACTS)
-                page.screenshot(path=str(out / f"{name}-artifact.png"), full_page=True)
+                page.screenshot(path=str(out / f"{name}-{artifact['key']}.png"), full_page=True)
                 facts |= {"page": f"{flow_run['name']} artifact {artifact['key']}"}
                 pages.append(facts)
                 if facts["nan"]:

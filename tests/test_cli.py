@@ -209,3 +209,35 @@ def test_revive_prints_a_systemd_unit_and_leaves_finished_held_and_stopped_runs_
     ).stdout
     assert f"left alone: run {held.root} was stopped with Ctrl-C at 2026-12-07T05:00:00+0000" in listed, listed
     assert f"run {todo.root}: `populora resume {todo.root}`" in listed and f"run {held.root}:" not in listed
+
+
+def test_a_persons_signal_between_two_training_processes_ends_the_wait_and_ctrl_c_marks_the_run(tmp_path):
+    """While the supervisor waits for the Prefect server (the last training process ended, the
+    next not started), Ctrl-C or a SIGTERM ends the wait at once instead of starting a new
+    training process; Ctrl-C marks the run as stopped by a person. While a training process runs,
+    Ctrl-C is only noted (the process gets it too and stops itself)."""
+    import signal
+    import time
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from cli.supervise import _PersonSignals, _Stopped, _stopped_waiting
+    from populora_core.config import load_config
+    from populora_core.run import create_run
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with pytest.raises(_Stopped) as stop, _PersonSignals() as person:
+            person.child = SimpleNamespace(pid=-1, returncode=75)  # ended on the outage
+            os.kill(os.getpid(), sig)
+            time.sleep(5)  # the handler raises at once
+        assert stop.value.sig == sig
+    before = signal.getsignal(signal.SIGINT)
+    with _PersonSignals() as person:
+        person.child = SimpleNamespace(pid=-1, returncode=None)  # running
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+    assert person.stopped == [signal.SIGINT] and signal.getsignal(signal.SIGINT) is before
+    run = create_run(tmp_path, load_config(None, preset="cpu-tiny"), run_id="waiting", preset="cpu-tiny")
+    assert _stopped_waiting(Console(), run, signal.SIGINT) == 130 and run.stopped_by_person()["how"] == "Ctrl-C"
+    assert _stopped_waiting(Console(), run, signal.SIGTERM) == 143

@@ -18,6 +18,7 @@ token ids and their log-probabilities come back with ``logprobs`` and
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
@@ -287,33 +288,47 @@ class VLLMBackend:
                 if exc.status < 500:
                     raise
                 failure: BaseException = exc
-            except OSError as exc:  # refused, reset, timed out: the server died or hangs
+            except (OSError, http.client.HTTPException) as exc:  # refused, reset, cut mid-reply, timed out
                 failure = exc
-            if not self._revive(index, server):
+            if not self._revive(index, server, connection_lost=not isinstance(failure, VLLMRequestError)):
                 raise VLLMServerError(server.explain(failure)) from None
 
-    def _revive(self, index: int, dead: _Server) -> bool:
+    def _revive(self, index: int, dead: _Server, *, connection_lost: bool) -> bool:
         """Starts server ``index`` again if ``dead`` was started here and has exited (once, however
-        many requests saw it die); False when it is alive, not ours, or restarted too often."""
+        many requests saw it die; a lost connection gives its process a few seconds to finish
+        exiting). False when it is alive (a 5xx), not ours, or MAX_RESTARTS attempts were made;
+        a failed start is raised to the request that tried it and to every request after it."""
         with self._reviving:
             if self.servers[index] is not dead:  # another request's thread started it again
                 return True
-            if self.restarts >= MAX_RESTARTS or dead.launch is None or not dead.died():
+            if dead.revive_failed is not None:
+                raise dead.revive_failed
+            if dead.launch is None or dead.seen_alive:  # not ours, or found alive after a failure already
                 return False
+            if not (dead.proc.poll() is not None or (connection_lost and dead.died())):
+                dead.seen_alive = True  # the other requests it failed do not wait for it again
+                return False
+            if self.restarts >= MAX_RESTARTS:
+                return False
+            self.restarts += 1  # attempts, not successes: a server that dies at every start is given up on
             log.warning(
                 "vLLM server %s exited (code %s; log %s): starting it again with %d adapters, then the "
                 "requests it held", dead.url, dead.proc.returncode, dead.log_path, len(self.served),
             )  # fmt: skip
-            fresh = dead.respawn()
+            dead.close()  # what is left of its process group, gone before a new server claims the memory
             try:
-                fresh.wait_healthy(time.monotonic() + self.startup_timeout_s)
-                for adapter_id, name in self.served.items():
-                    _load(fresh, {"lora_name": name, "lora_path": str(self.paths[adapter_id].resolve())})
-            except BaseException:
-                fresh.close()
+                fresh = dead.respawn()
+                try:
+                    fresh.wait_healthy(time.monotonic() + self.startup_timeout_s)
+                    for adapter_id, name in self.served.items():
+                        _load(fresh, {"lora_name": name, "lora_path": str(self.paths[adapter_id].resolve())})
+                except BaseException:
+                    fresh.close()
+                    raise
+            except Exception as exc:
+                dead.revive_failed = exc
                 raise
-            dead.close()
-            self.servers[index], self.restarts = fresh, self.restarts + 1
+            self.servers[index] = fresh
             return True
 
     def generate(

@@ -99,7 +99,10 @@ def vllm_build(venv: Path) -> str:
 
 TRAINER_ALLOC_MARK = "POPULORA_TRAINER_ALLOC_CONF"
 """Set beside ``PYTORCH_CUDA_ALLOC_CONF`` when the trainer set it (``engine.runtime.expandable_segments``):
-a vLLM server started by that process does not inherit it (its sleep mode refuses expandable segments)."""
+a vLLM server started by that process does not inherit it. The setting is for the trainer's
+allocations; vLLM manages its own (read in its code, 0.32: it refuses expandable segments beside
+a KV connector unless its cumem allocator is on, which turns them off around its pool; not run
+on a GPU here)."""
 
 
 def served_name(adapter_id: str, digest: str) -> str:
@@ -114,6 +117,8 @@ class _Server:
     def __init__(self, url: str, proc: subprocess.Popen | None = None, log_path: Path | None = None) -> None:
         self.url, self.proc, self.log_path, self.own_group = url, proc, log_path, True
         self.launch: tuple[list[str], dict[str, str], Path | None] | None = None  # (argv, env, log) when started here
+        self.revive_failed: Exception | None = None  # why starting it again failed (``VLLMBackend._revive``)
+        self.seen_alive = False  # a request failed and the process was found running (not restarted)
 
     @classmethod
     def spawn(cls, argv: list[str], env: dict[str, str], log_path: Path | None) -> _Server:
@@ -161,8 +166,8 @@ class _Server:
         """The same server started again (same command line and environment, a new port; its
         log beside the dead one's, which keeps the cause)."""
         argv, env, log_path = self.launch
-        fresh = (log_path or self.log_path).with_name(f"{(log_path or self.log_path).stem}-restarted.log")
-        return _Server.spawn(argv, env, fresh)
+        log = log_path or self.log_path
+        return _Server.spawn(argv, env, log.with_name(f"{log.stem}-restarted.log") if log else None)
 
     def wait_healthy(self, deadline: float) -> None:
         while time.monotonic() < deadline:
@@ -194,6 +199,8 @@ class _Server:
 
     def close(self) -> None:
         proc = self.proc
+        if proc is not None and proc.poll() is not None and self.own_group:
+            _kill_group(proc.pid)  # the server exited: engine processes it left may still hold memory
         if proc is not None and proc.poll() is None:
 
             def send(sig: int) -> None:
@@ -209,6 +216,35 @@ class _Server:
                 send(signal.SIGKILL)
                 proc.wait(timeout=30)
         self.proc = None
+
+
+def _kill_group(pgid: int, timeout_s: float = 30.0) -> None:
+    """SIGKILL to what is left of process group ``pgid``, waiting (up to ``timeout_s``) until no
+    live process is left in it (zombies waiting for whoever reaps orphans hold no memory)."""
+    if pgid <= 1:  # 0 would be this process's own group
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            return
+        if not _live_members(pgid):
+            return
+        time.sleep(0.2)
+
+
+def _live_members(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that are not zombies (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command's name
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:  # state, ppid, pgrp
+            found.append(int(stat.parent.name))
+    return found
 
 
 _EXCEPTION = re.compile(r"((?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?:: (.*))?$")

@@ -187,12 +187,8 @@ def train_one(trainer: Trainer, job: UpdateJob) -> dict:
     row = dict(
         job.row, updated=True, delta_change=delta_change(before, adapter), node=node_name(), **_train_columns(metrics)
     )
-    if splits := int(metrics.get("oom_splits", 0)):  # said and kept (metrics.json) beside the adapter
-        micro = int(metrics["micro_batch"])
-        said = f"{job.row['adapter_id']}: micro-batch {job.grpo.micro_batch_size} → {micro} (out of memory {splits}×)"
-        attempts.note("split", said)
-        log.warning("update %s; set grpo.micro_batch_size=%d to start there", said, micro)
-        row |= {"micro_batch": micro, "oom_splits": splits}
+    if splits := int(metrics.get("oom_splits", 0)):  # kept beside the adapter (metrics.json); said by `update`
+        row |= {"micro_batch": int(metrics["micro_batch"]), "oom_splits": splits}
     save_updated(job.target, adapter, state, row, job.base_model)
     return row
 
@@ -237,8 +233,21 @@ def update(
         jobs.append(UpdateJob(source, target, tuple(batch), _update_settings(config), seed, row, config.model.name))
     for job, row in zip(jobs, trainer.map(train_one, jobs, desc="update"), strict=True):
         rows[job.row["adapter_id"]] = row
+        _say_splits(row, job.grpo.micro_batch_size)
     remove_partials(Path(updated_dir))  # half-written adapters of attempts Ray killed and re-ran
     return pd.DataFrame([rows[m.adapter_id] for m in members], columns=columns("train_metrics"))
+
+
+def _say_splits(row: dict, asked: int) -> None:
+    """An update that ran out of memory and split its micro-batch (``row["oom_splits"]``): a
+    ``split`` line in the generation's attempts file (here, in the stage's process: a Ray update
+    task runs elsewhere) and a warning naming the setting to start there."""
+    if not row.get("oom_splits"):
+        return
+    micro, splits = row["micro_batch"], row["oom_splits"]
+    said = f"{row['adapter_id']}: micro-batch {asked} → {micro} (out of memory {splits}×)"
+    attempts.note("split", said)
+    log.warning("update %s; set grpo.micro_batch_size=%d to start there", said, micro)
 
 
 AGREEMENT = ("sampler_gap_mean", "sampler_gap_p99", "sampler_ratio_std", "sampler_ratio_max", "truncated_frac")

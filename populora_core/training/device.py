@@ -30,8 +30,8 @@ class LowPrecision:
     input to float32 (its weights' dtype) turned off: autocast casts that copy straight back, so
     the numbers are the same (tests/core/training/test_trainer.py checks an update bit for bit),
     but each target module kept a float32 and a low-precision copy of its input for the backward
-    (measured under bf16 on Qwen2 shapes: 16–21% of the saved activations without
-    checkpointing). Reusable, as ``torch.autocast`` is; not re-entrant."""
+    (under bf16 on Qwen2 shapes, benchmarks/activation_bytes.py: 10–17% of the saved activations
+    without checkpointing). Reusable, as ``torch.autocast`` is; not re-entrant."""
 
     def __init__(self, model, dtype: torch.dtype, device: str) -> None:
         self.model, self.dtype, self.device = model, dtype, device

@@ -253,9 +253,10 @@ def _update_metrics(sums: dict, room: dict) -> dict[str, float]:
 def _fitting_step(model, optimizer, chunk, params, config, pad_id, autocast, sums, shared, seen, room) -> float:
     """``_minibatch_step`` from zero gradients at the micro-batch size in ``room``. A micro-batch
     that runs out of device memory halves that size (for the rest of the update; ``room``
-    counts the splits) and the minibatch is computed again from zero gradients: the update is
-    the one the smaller ``grpo.micro_batch_size`` gives (the loss is a token-weighted sum over
-    micro-batches). Out of memory at one sequence is raised."""
+    counts the splits) and the minibatch is computed again from zero gradients: from there on
+    the update is the smaller ``grpo.micro_batch_size``'s (the loss is a token-weighted sum over
+    micro-batches; split in the first minibatch, the whole update is). Out of memory at one
+    sequence is raised."""
     while True:
         optimizer.zero_grad(set_to_none=True)
         kept_sums, kept_seen = dict(sums), None if seen is None else list(seen)

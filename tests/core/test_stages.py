@@ -75,16 +75,16 @@ def test_a_copy_of_a_seed_or_of_a_buffer_problem_is_a_repeat_not_a_fresh_problem
 
 
 def test_an_update_that_split_its_micro_batch_says_so_and_keeps_it_beside_the_adapter(tmp_path):
-    """`train_one` with a trainer that ran out of memory once (``oom_splits``): the
-    attempts file of the generation names the adapter and the sizes, and the adapter's
-    metrics.json keeps the micro-batch it ended with (a resume reads it back; the setting to
-    start there is logged)."""
+    """`train_one` with a trainer that split its micro-batch twice (``oom_splits``), run as a Ray
+    worker runs it (outside the stage's attempts record): the adapter's metrics.json keeps the
+    micro-batch it ended with; the stage's own process (`update`) then writes the attempts line
+    naming the adapter and the sizes, and logs the setting to start there."""
     import json
 
     from populora_core.config import GRPOConfig
     from populora_core.population.adapters import save_adapter
     from populora_core.rundir import attempts
-    from populora_core.stages.learn import UpdateJob, train_one
+    from populora_core.stages.learn import UpdateJob, _say_splits, train_one
     from populora_core.training.rollouts import Rollout
     from tests.core.population.conftest import random_adapter
 
@@ -109,8 +109,10 @@ def test_an_update_that_split_its_micro_batch_says_so_and_keeps_it_beside_the_ad
         "",
     )
     log = tmp_path / "_attempts.jsonl"
+    out = train_one(SplitTwice(), job)  # in a worker: no attempts record there
+    assert not log.exists()
     with attempts.stage(log, "a1", "update"):
-        out = train_one(SplitTwice(), job)
+        _say_splits(out, job.grpo.micro_batch_size)
     assert (out["micro_batch"], out["oom_splits"]) == (2, 2)
     assert json.loads((tmp_path / "after" / "metrics.json").read_text())["micro_batch"] == 2
     [split] = [x for x in attempts.read_lines(log) if x.get("event") == "split"]

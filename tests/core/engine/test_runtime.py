@@ -11,6 +11,14 @@ from populora_core.config import load_config
 from populora_core.engine import runtime
 
 
+def _unset(monkeypatch, *names: str) -> None:
+    """Removes ``names`` from the environment and has them put back as they were after the test
+    (``delenv`` of a name that is absent records nothing, and the runtime sets them directly)."""
+    for name in names:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+
+
 def test_the_trainer_gets_expandable_segments_unless_the_user_chose_an_allocator(monkeypatch):
     """Set before the model loads (the process's first CUDA allocation on a GPU node), so the
     trainer's ever-changing activation sizes grow a segment instead of fragmenting; a user's
@@ -26,7 +34,7 @@ def test_the_trainer_gets_expandable_segments_unless_the_user_chose_an_allocator
         seen.append(os.environ.get("PYTORCH_CUDA_ALLOC_CONF"))
         raise Loaded
 
-    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    _unset(monkeypatch, "PYTORCH_CUDA_ALLOC_CONF", "POPULORA_TRAINER_ALLOC_CONF")
     monkeypatch.setattr(models, "load_model", load_model)
     with pytest.raises(Loaded):
         _ = runtime.Runtime(load_config(None, preset="cpu-tiny"), Path("unused")).trainer
@@ -47,8 +55,7 @@ def test_a_vllm_server_started_after_the_trainer_does_not_inherit_its_allocator_
     show = "import os; print(os.environ.get('PYTORCH_CUDA_ALLOC_CONF'), flush=True)"
     seen = []
     for users in (None, "max_split_size_mb:64"):
-        for name in ("PYTORCH_CUDA_ALLOC_CONF", "POPULORA_TRAINER_ALLOC_CONF"):
-            monkeypatch.delenv(name, raising=False)
+        _unset(monkeypatch, "PYTORCH_CUDA_ALLOC_CONF", "POPULORA_TRAINER_ALLOC_CONF")
         if users:
             monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", users)
         runtime.expandable_segments()

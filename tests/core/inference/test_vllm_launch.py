@@ -240,3 +240,61 @@ def test_the_cpu_build_prefills_whole_prompts_to_keep_per_request_seeds():
     assert "--no-enable-chunked-prefill" in cpu and cpu[cpu.index("--max-num-batched-tokens") + 1] == "10240"
     gpu = server_argv(Path("py"), Path("m"), max_model_len=10240, enforce_eager=False, **common)
     assert "--no-enable-chunked-prefill" not in gpu  # CUDA generators rewind; chunked prefill stays
+
+
+def test_a_dead_server_is_started_again_once_and_a_failed_start_fails_every_request_at_once(
+    fake_servers, monkeypatch, tmp_path
+):
+    """Stand-in servers and processes (no vLLM starts): a server whose process exited is started
+    again once for the four requests that saw it die, with its adapter, and they are answered;
+    a live server's 5xx is not a restart; a start that fails is raised to every request without
+    another try, and the attempts count toward MAX_RESTARTS."""
+    import subprocess
+
+    from populora_core.inference import vllm
+    from populora_core.inference.base import GenerationRequest, SamplingParams
+
+    class Process:  # a stand-in for the server's process (named so)
+        pid, returncode = 0, None
+
+        def poll(self):
+            return self.returncode
+
+        def wait(self, timeout=None):
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired("server", timeout)
+            return self.returncode
+
+    spawn, broken = vllm._Server.spawn, []
+
+    def spawn_with_process(cls, argv, env, log_path):
+        if broken:
+            raise vllm.VLLMUnavailable("the vLLM server exited with code 1: CUDA out of memory")
+        server = spawn.__func__(cls, argv, env, log_path)
+        server.proc, server.launch, server.own_group = Process(), (argv, env, log_path), False
+        return server
+
+    monkeypatch.setattr(vllm._Server, "spawn", classmethod(spawn_with_process))
+    backend = VLLMBackend(Path("m"), _CharTokenizer(), venv=_fake_venv(tmp_path / "gpu", "vllm-0.33.0"), gpus=["0"])
+    save_adapter(fake_servers["adapters"][0], tmp_path / "a")
+    backend.load_adapter("t0", tmp_path / "a")
+    requests = [GenerationRequest("p", adapter="t0", seed=i) for i in range(4)]
+    hot = SamplingParams(temperature=1.0, max_new_tokens=4)
+    fake_servers["fail"]["fake-1|"] = (500, "engine dead")  # a live server's 5xx: no restart
+    with pytest.raises(vllm.VLLMServerError, match="fake-1"):
+        backend.generate(requests, hot)
+    assert backend.restarts == 0 and len(fake_servers["spawned"]) == 1
+    backend.servers[0].seen_alive = False
+    backend.servers[0].proc.returncode = -9  # the OOM killer
+    fake_servers["posts"].clear()
+    assert [c[0].token_ids for c in backend.generate(requests, hot)] == [[7]] * 4
+    assert backend.restarts == 1 and backend.servers[0].url == "http://fake-2"
+    assert (
+        "http://fake-2/v1/load_lora_adapter",
+        {"lora_name": backend.served["t0"], "lora_path": str((tmp_path / "a").resolve())},
+    ) in fake_servers["posts"]
+    fake_servers["fail"] = {"fake-2|": (500, "engine dead")}
+    backend.servers[0].proc.returncode, broken[:] = -9, [True]
+    with pytest.raises(vllm.VLLMUnavailable, match="CUDA out of memory"):
+        backend.generate(requests, hot)
+    assert backend.restarts == 2  # one attempt, however many requests failed
