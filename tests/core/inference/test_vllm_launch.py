@@ -51,20 +51,16 @@ def test_cuda_graphs_unless_the_cpu_build_or_the_config_asks(tmp_path):
         vllm_rank(600)
 
 
-def test_an_adapter_version_is_named_by_its_content(tmp_path):
+def _two_adapters():
+    """Two different tiny adapters (one teacher, one student of a fresh population)."""
     config = PopulationConfig(teachers=1, students=1, rank=2, alpha=4, init_b_std=0.1, target_modules=("q_proj",))
-    shapes = lora_shapes(
-        {
-            "hidden_size": 8,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "intermediate_size": 16,
-            "num_hidden_layers": 1,
-        },
-        config.target_modules,
-    )
-    _, adapters = create_population(config, RatingConfig(), shapes, 0)
-    first, second = adapters.values()
+    shape = {"hidden_size": 8, "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 16}
+    shapes = lora_shapes(shape | {"num_hidden_layers": 1}, config.target_modules)
+    return tuple(create_population(config, RatingConfig(), shapes, 0)[1].values())
+
+
+def test_an_adapter_version_is_named_by_its_content(tmp_path):
+    first, second = _two_adapters()
     save_adapter(first, tmp_path / "a")
     name = served_name("t0", adapter_digest(tmp_path / "a"))
     save_adapter(first, tmp_path / "same")
@@ -82,18 +78,7 @@ def test_an_adapters_files_are_read_once_per_version_and_a_rewrite_is_seen(tmp_p
 
     from populora_core.inference import base
 
-    config = PopulationConfig(rank=2, alpha=4.0, target_modules=("q_proj",))
-    shapes = lora_shapes(
-        {
-            "hidden_size": 8,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "intermediate_size": 16,
-            "num_hidden_layers": 1,
-        },
-        config.target_modules,
-    )
-    first, second = list(create_population(config, RatingConfig(), shapes, 0)[1].values())[:2]
+    first, second = _two_adapters()
     save_adapter(first, tmp_path / "a")
     whole = hashlib.sha256(b"".join((tmp_path / "a" / n).read_bytes() for n in base.ADAPTER_FILES)).hexdigest()
     (tmp_path / "linked").mkdir()
