@@ -1,24 +1,26 @@
-"""The project's math judge against Hugging Face's math-verify (docs/evaluation.md#math-judges).
+"""The evaluation's math judge against plain math-verify (docs/evaluation.md#math-judges).
 
 Two sets of answers, each judged by both:
 
-- **reference answers**, where the truth is known: every gold answer written as a model
-  writes it (``\\boxed{gold}``; GSM8K ``#### gold``), MATH-500's published worked solutions
-  (they end in a ``\\boxed{}`` that is right), and the same texts paired with the next item's
-  gold (wrong, unless the two golds are equal as written, which are left out);
+- **reference answers**, where the truth is known: every gold answer of every math benchmark
+  written as a model writes it (``\\boxed{gold}``; GSM8K ``#### gold``), MATH-500's published
+  worked solutions (they end in a ``\\boxed{}`` that is right), the same texts paired with the
+  next item's gold (wrong, unless the two golds are equal as written, which are left out),
+  and every boxed gold rewritten as models write it (``\\dfrac``, ``a/b``, ``n.0``, a
+  thousands comma, a decimal for a terminating fraction, ``x = n``, no degree sign, no unit)
+  and near misses (``n + 1``, numerator + 1);
 - **model answers**: greedy answers of ``--model`` (the base model, the evaluation's own
-  prompts and caps up to ``--max-new-tokens``) to the first ``--items`` items of MATH-500,
-  GSM8K, AMC 2023 and AIME 2024, generated once into ``--answers`` (a Parquet file) and
-  read from it after.
+  prompts and caps up to ``--max-new-tokens``) to the first ``--items`` items of every math
+  benchmark, generated once into ``--answers`` (a Parquet file) and read from it after.
 
-math-verify runs as the evaluation runs it (``evaluation/mathverify.py``): its LaTeX and
-number paths only, in a worker process (its plain-expression path gives the model's text to
-sympy's ``parse_expr``, which evaluates it with Python's ``eval``, so that path is refused).
-The project's MATH-500 judge is now math-verify: "ours" below is, for MATH-500, the
-normalised-string comparison it replaced (``mathnorm.math_equal``), elsewhere the project's
-judge.
+"adopted" is the evaluation's judge (``benchmarks.judge_text``: math-verify with the
+published tolerances, `math_suites.py`); "math-verify" is math-verify alone on the gold as
+written, run as the evaluation runs it (``evaluation/mathverify.py``: its LaTeX and number
+paths, in a worker process; its plain-expression path evaluates text with Python's ``eval``
+and is refused). The hand-written judges these replaced (commit 09410a7) were compared on
+the same answers; docs/evaluation.md has both.
 
-    .venv/bin/python benchmarks/math_judges.py [--items 48] [--answers runs/math-answers.parquet]
+    .venv/bin/python benchmarks/math_judges.py [--items 32] [--answers runs/math-answers.parquet]
 
 Final line (JSON): per set and benchmark, the answers, how many each judge accepts, how
 often they agree, and (reference answers) how often each is right; the model answers the
@@ -37,9 +39,9 @@ import pandas as pd
 
 from populora_core.evaluation.benchmarks import judge_text, load_benchmark
 from populora_core.evaluation.datasets import data_dir as default_data_dir
-from populora_core.evaluation.mathnorm import last_boxed, math_equal, strip_string
+from populora_core.evaluation.math_suites import last_boxed
 
-BENCHMARKS = ("math500", "gsm8k", "amc23", "aime24")
+BENCHMARKS = ("math500", "gsm8k", "amc23", "aime24", "aime25", "minerva_math", "olympiadbench")
 
 
 def math_verify_judge():
@@ -54,18 +56,15 @@ def math_verify_judge():
     return judge
 
 
-def ours(item, text: str) -> bool:
-    """The project's own judge: for MATH-500 the normalised-string comparison (``math_equal``)
-    that math-verify replaced there, elsewhere the evaluation's judge."""
-    if item.kind == "math":
-        answer = last_boxed(text)
-        return answer is not None and math_equal(answer, item.data["gold"])
-    return judge_text(item, text)
+def _same(a: str, b: str) -> bool:
+    return re.sub(r"\s", "", a) == re.sub(r"\s", "", b)
 
 
 def gold_text(item) -> str:
     gold = item.data["gold"]
-    return str(int(gold)) if isinstance(gold, float) and gold.is_integer() else str(gold)
+    if isinstance(gold, float):
+        return str(int(gold)) if gold.is_integer() else repr(gold)
+    return gold
 
 
 def reference_answers(data_dir: Path) -> list[tuple[str, object, str, bool]]:
@@ -73,11 +72,12 @@ def reference_answers(data_dir: Path) -> list[tuple[str, object, str, bool]]:
     out = []
     for bench in BENCHMARKS:
         items = load_benchmark(bench, data_dir)
-        for item in items:
-            gold = gold_text(item)
-            out.append(
-                ("gold", item, f"#### {gold}" if bench == "gsm8k" else f"The answer is $\\boxed{{{gold}}}$.", True)
-            )
+        for k, item in enumerate(items):
+            gold, other = gold_text(item), items[(k + 1) % len(items)]
+            written = f"#### {gold}" if bench == "gsm8k" else f"The answer is $\\boxed{{{gold}}}$."
+            out.append(("gold", item, written, True))
+            if not _same(gold_text(other), gold):
+                out.append(("gold, next item's", other, written, False))
     items = load_benchmark("math500", data_dir)
     records = [json.loads(line) for line in (data_dir / "math500" / "test.jsonl").read_text().splitlines()]
     solutions = {r["unique_id"]: r["solution"] for r in records}
@@ -87,7 +87,7 @@ def reference_answers(data_dir: Path) -> list[tuple[str, object, str, bool]]:
             continue
         out.append(("solution", item, text, True))
         other = items[(k + 1) % len(items)]
-        if strip_string(other.data["gold"]) != strip_string(item.data["gold"]):
+        if not _same(gold_text(other), gold_text(item)):
             out.append(("solution, next gold", other, text, False))
     return out
 
@@ -124,17 +124,21 @@ def rewrites(gold: str) -> list[tuple[str, str, bool]]:
 
 
 def rewritten_answers(data_dir: Path) -> list[tuple[str, object, str, bool]]:
-    """(set, item, answer text, truth) for every rewrite of every MATH-500 gold answer."""
+    """(set, item, answer text, truth) for every rewrite of every boxed gold answer."""
     return [
         (f"rewrite {name}", item, f"The answer is $\\boxed{{{text}}}$.", truth)
-        for item in load_benchmark("math500", data_dir)
-        for name, text, truth in rewrites(item.data["gold"])
+        for bench in BENCHMARKS
+        if bench != "gsm8k"
+        for item in load_benchmark(bench, data_dir)
+        for name, text, truth in rewrites(gold_text(item))
     ]
 
 
 def model_answers(path: Path, data_dir: Path, model: str, items_per: int, max_new_tokens: int) -> pd.DataFrame:
     if path.is_file():
         return pd.read_parquet(path)
+    if not items_per:
+        return pd.DataFrame(columns=["benchmark", "item_id", "completion"])
     from populora_core.evaluation.benchmarks import default_max_new_tokens
     from populora_core.evaluation.pass_at_1 import evaluate
     from populora_core.inference.base import BASE
@@ -159,7 +163,7 @@ def main() -> None:
     ap.add_argument("--data-dir", type=Path, default=None)
     ap.add_argument("--answers", type=Path, default=Path("runs/math-answers.parquet"))
     ap.add_argument("--model", default="embedded:qwen2.5-coder-0.5b-instruct")
-    ap.add_argument("--items", type=int, default=48, help="items per benchmark for the model answers")
+    ap.add_argument("--items", type=int, default=32, help="items per benchmark for the model answers (0: none)")
     ap.add_argument("--max-new-tokens", type=int, default=512)
     args = ap.parse_args()
     data_dir = args.data_dir or default_data_dir()
@@ -167,19 +171,19 @@ def main() -> None:
     theirs = math_verify_judge()
     figures: dict[str, dict] = {}
 
-    def record(key: str, ours: bool, mv: bool, truth: bool | None) -> None:
-        f = figures.setdefault(key, {"n": 0, "ours": 0, "math_verify": 0, "agree": 0})
+    def record(key: str, adopted: bool, mv: bool, truth: bool | None) -> None:
+        f = figures.setdefault(key, {"n": 0, "adopted": 0, "math_verify": 0, "agree": 0})
         f["n"] += 1
-        f["ours"] += ours
+        f["adopted"] += adopted
         f["math_verify"] += mv
-        f["agree"] += ours == mv
+        f["agree"] += adopted == mv
         if truth is not None:
-            f["ours_right"] = f.get("ours_right", 0) + (ours == truth)
+            f["adopted_right"] = f.get("adopted_right", 0) + (adopted == truth)
             f["math_verify_right"] = f.get("math_verify_right", 0) + (mv == truth)
 
     misses = []
     for kind, item, text, truth in reference_answers(data_dir) + rewritten_answers(data_dir):
-        got, mv = ours(item, text), theirs(gold_text(item), text)
+        got, mv = judge_text(item, text), theirs(gold_text(item), text)
         record(f"reference {kind} / {item.benchmark}", got, mv, truth)
         if got != truth or mv != truth:
             misses.append((kind, item.item_id, gold_text(item), text[-160:], got, mv))
@@ -188,10 +192,10 @@ def main() -> None:
     by_id = {(i.benchmark, i.item_id): i for b in BENCHMARKS for i in load_benchmark(b, data_dir, args.items)}
     for r in answers.itertuples():
         item = by_id[(r.benchmark, r.item_id)]
-        got, mv = ours(item, r.completion), theirs(gold_text(item), r.completion)
+        got, mv = judge_text(item, r.completion), theirs(gold_text(item), r.completion)
         record(f"model / {r.benchmark}", got, mv, None)
         if got != mv:
-            print(f"disagree {r.item_id}: gold {gold_text(item)!r}; ours {got}, math-verify {mv}; "
+            print(f"disagree {r.item_id}: gold {gold_text(item)!r}; adopted {got}, math-verify {mv}; "
                   f"answer ends {r.completion[-200:]!r}", file=sys.stderr)  # fmt: skip
     print(json.dumps(figures))
 

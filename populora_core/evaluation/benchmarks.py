@@ -67,11 +67,7 @@ PROGRAM_CHECKS: dict[str, Callable[[EvalItem, str], tuple[str, str] | None]] = {
 
 TEXT_JUDGES: dict[str, Callable[[EvalItem, str], bool]] = {
     "number": math_suites.judge_number,
-    "math": math_suites.judge_math,
-    "integer": math_suites.judge_integer,
-    "numeric": math_suites.judge_numeric,
-    "minerva": math_suites.judge_minerva,
-    "olympiad": math_suites.judge_olympiad,
+    **dict.fromkeys(("math", "integer", "numeric", "minerva", "olympiad"), math_suites.judge_boxed),
 }
 """Item kind -> whether a completion's answer is right, judged as text (nothing runs)."""
 

@@ -1,17 +1,18 @@
 """AIME 2024/2025, AMC 2023, Minerva Math and OlympiadBench: every gold answer scores
 100% and wrong answers 0% through the judging code `populora evaluate` uses (full sets;
-math needs no sandbox), the published files' quirks, and OlympiadBench's comparison.
+math needs no sandbox), the published files' quirks, and the comparisons math-verify
+makes for OlympiadBench's answer types and the published tolerances kept beside it.
 
 Reads the public files from ../shared/data (never copied into the repository).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from populora_core.evaluation import mathexpr
 from populora_core.evaluation.benchmarks import load_benchmark
-from populora_core.evaluation.mathequiv import answers_equal, clean
 from populora_core.evaluation.pass_at_1 import judge
 from tests.core.evaluation.conftest import DATA
 
@@ -29,7 +30,7 @@ def _score(items, completions) -> float:
 
 def _gold_text(item) -> str:
     """The gold as a model would write it: AIME as a plain integer, AMC's float as an
-    integer, Minerva's boxed solution text, OlympiadBench's final_answer as published."""
+    integer, Minerva's boxed solution text, OlympiadBench's final answers joined by commas."""
     gold = item.data["gold"]
     if item.benchmark in ("aime24", "aime25"):
         return str(int(gold.replace("^\\circ", "")))
@@ -90,43 +91,41 @@ def _olympiad(item_id: str):
 
 def test_olympiadbench_tuples_compare_element_wise_in_any_order():
     item = _olympiad("olympiadbench/1618")  # is_multiple_answer: three tuples
-    assert item.data["gold"] == "$(1,8,19), (2,7,13), (4,5,7)$" and item.data["answer_type"] == "Tuple"
+    assert item.data["gold"] == "(1,8,19), (2,7,13), (4,5,7)" and item.data["answer_type"] == "Tuple"
     good = ["(4,5,7),(1,8,19),(2,7,13)", "(1, 8, 19), (2, 7, 13), (4, 5, 7)", "(1,8,19),(2,7,13),(4,5,\\frac{14}{2})"]
-    bad = ["(1,8,19),(2,7,13)", "(1,8,19),(2,7,13),(4,7,5)", "(1,8,19),(2,7,13),[4,5,7]", "(1,8,19,2,7,13,4,5,7)"]
+    good += ["(1,8,19),(2,7,13),[4,5,7]"]  # math-verify reads a bracketed triple as the triple
+    bad = ["(1,8,19),(2,7,13)", "(1,8,19),(2,7,13),(4,7,5)", "(1,8,19,2,7,13,4,5,7)"]
     verdicts = judge([item] * 7, [_boxed(a) for a in good + bad], None)
-    assert [ok for ok, _ in verdicts] == [True] * 3 + [False] * 4
+    assert [ok for ok, _ in verdicts] == [True] * 4 + [False] * 3
 
 
 def test_olympiadbench_intervals_compare_by_brackets_and_endpoints():
     closed = _olympiad("olympiadbench/2410")
-    assert closed.data["gold"] == "$[\\frac{1}{2}, 8]$" and closed.data["answer_type"] == "Interval"
+    assert closed.data["gold"] == "[\\frac{1}{2}, 8]" and closed.data["answer_type"] == "Interval"
     answers = ["[0.5, 8]", "\\left[\\frac12,8\\right]", "(\\frac{1}{2}, 8]", "[\\frac{1}{2}, 9]"]
     assert [ok for ok, _ in judge([closed] * 4, [_boxed(a) for a in answers], None)] == [True, True, False, False]
     union = _olympiad("olympiadbench/2298")
-    assert union.data["gold"] == "$(-\\sqrt{11},-2)\\cup (\\sqrt{11},9)$"
+    assert union.data["gold"] == "(-\\sqrt{11},-2)\\cup (\\sqrt{11},9)"
     answers = ["(-\\sqrt{11}, -2) \\cup (\\sqrt{11}, 9)", "(-11^{1/2},-2)\\cup(11^{1/2},9)", "(-\\sqrt{11},-2)"]
     assert [ok for ok, _ in judge([union] * 3, [_boxed(a) for a in answers], None)] == [True, True, False]
 
 
-def test_olympiadbench_numbers_within_the_records_tolerance_and_expressions_by_value():
-    assert answers_equal("2^{1009}", "$2^{1009}$") and answers_equal("5.486124068793689e303", "$2^{1009}$")
-    assert not answers_equal("2^{1008}", "$2^{1009}$")
-    assert answers_equal("22+8\\sqrt6", "22+8 \\sqrt{6}") and answers_equal("41.595917942265", "22+8\\sqrt{6}")
-    assert answers_equal("\\frac{1}{2(n+1)}", "$\\frac{1}{2 n+2}$") and not answers_equal(
-        "\\frac{1}{2n}", "\\frac{1}{2n+2}"
-    )
-    assert answers_equal("\\binom{2n}{n}", "\\frac{(2n)!}{(n!)^2}") and answers_equal("f(x)=2x", "2 x")
-    assert answers_equal("84, 69", "$69$,$84$") and not answers_equal("69", "$69$,$84$")
-    assert answers_equal("\\pm 2, 0", "$-2,0,2$")
+def _equal(item, gold: str, answers: list[str]) -> list[bool]:
+    item = replace(item, data=item.data | {"gold": gold})
+    return [ok for ok, _ in judge([item] * len(answers), [_boxed(a) for a in answers], None)]
+
+
+def test_olympiadbench_expressions_by_value_and_multiple_answers_in_any_order():
+    item = _olympiad("olympiadbench/1618")
+    assert _equal(item, "2^{1009}", ["2^{1009}", "2^{1008}"]) == [True, False]
+    assert _equal(item, "22+8 \\sqrt{6}", ["22+8\\sqrt6", "8\\sqrt{6}+22", "22+8\\sqrt{5}"]) == [True, True, False]
+    assert _equal(item, "\\frac{1}{2 n+2}", ["\\frac{1}{2(n+1)}", "\\frac{1}{2n}"]) == [True, False]
+    assert _equal(item, "69, 84", ["84, 69", "69", "69, 84, 1"]) == [True, False, False]
+
+
+def test_published_tolerances_apply_to_plain_numbers():
     loose = _olympiad("olympiadbench/2592")  # the one record with an error bound: 1e-1
-    assert loose.data["tol"] == 0.1
-    gold = mathexpr.value(clean(loose.data["gold"])).real
-    answers = [f"{gold * 1.05:.6f}", f"{gold * 1.2:.6f}"]
-    assert [ok for ok, _ in judge([loose] * 2, [_boxed(a) for a in answers], None)] == [True, False]
-
-
-def test_expression_parser_never_executes_an_answer():
-    for hostile in ("__import__('os').system('true')", "().__class__", "\\input{/etc/passwd}", "lambda: 1"):
-        assert mathexpr.parse(hostile) is None
-    assert mathexpr.value("10^{10^{10}}") is None  # too large to evaluate: not a number
-    assert not answers_equal("10^{10^{10}}", "10^{10^{10}}1")
+    assert loose.data["tol"] == 0.1 and loose.data["gold"] == "4.2"
+    assert _equal(loose, "4.2", ["4.41", "5.1"]) == [True, False]
+    minerva = load_benchmark("minerva_math", DATA)[0]  # Qwen2.5-Math's judge: 1e-4 relative
+    assert _equal(minerva, "15625", ["15626", "15627.6", "\\frac{31250}{2}"]) == [True, False, True]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from populora_core.evaluation.benchmarks import load_benchmark
-from populora_core.evaluation.mathnorm import math_equal
 from populora_core.evaluation.mathverify import MathVerifier
 from populora_core.evaluation.pass_at_1 import judge
 from tests.core.evaluation.conftest import DATA
@@ -26,7 +25,6 @@ def test_equal_numbers_written_otherwise_are_accepted_and_near_misses_are_not(ma
     items = [math500[g] for g, _, _ in cases]
     verdicts = judge(items, [f"So the answer is $\\boxed{{{a}}}$." for _, a, _ in cases], pool=None)
     assert [ok for ok, _ in verdicts] == [t for _, _, t in cases]
-    assert not math_equal("9.0", "9") and not math_equal("2,220", "2220")  # what the string judge missed
 
 
 def test_model_text_is_never_evaluated(math500, tmp_path):
