@@ -90,7 +90,7 @@ test-fast: setup
 	$(BIN)/pytest -q -m "not slow and not docker and not vllm and not heavy"
 
 ## test-slow: the tests marked slow (a SIGKILL during every stage; the paper run killed mid-generation and on Ray;
-## a fresh vLLM server repeating seeded samples; every item of the benchmark sweeps)
+## a fresh vLLM server repeating seeded samples; every item of the benchmark sweeps; the full sandbox flood)
 test-slow:
 	@$(MAKE) --no-print-directory -j2 setup vllm-env
 	@./scripts/dockerd.sh start

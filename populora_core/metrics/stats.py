@@ -20,6 +20,12 @@ its band and read against its noise:
 - ``design_effect``: how much clustering widens a series of proportions, pooled over
   the series; ``wilson`` at the effective sample size n / design effect widens a rate's
   interval by it.
+
+The intervals and tests are scipy's and statsmodels' (each function names its own); this
+module keeps the run's conventions around them (NaN for no samples, a zero-width interval
+for one, bounds exactly 0 and 1) and computes by hand only what neither library gives: the
+AR(1) widening of a slope's interval and the design effect pooled over a series. scipy and
+statsmodels are imported on first use.
 """
 
 from __future__ import annotations
@@ -49,53 +55,63 @@ class Interval:
         return f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}] (n={self.n})"
 
 
+def _alpha(z: float) -> float:
+    """The two-sided significance level whose normal quantile is ``z`` (0.05 for ``Z95``)."""
+    from scipy import stats
+
+    return float(2 * stats.norm.sf(z))
+
+
 def wilson(k: float, n: float, z: float = Z95) -> Interval:
-    """Wilson score interval of k successes in n trials:
-    (p̂ + z²/2n ± z·√(p̂(1−p̂)/n + z²/4n²)) / (1 + z²/n). n = 0 gives NaN. k and n may be
+    """Wilson score interval of k successes in n trials (statsmodels' ``proportion_confint``,
+    method "wilson"), exactly 0 at k = 0 and 1 at k = n. n = 0 gives NaN. k and n may be
     effective counts (divided by a design effect), not whole numbers."""
+    from statsmodels.stats.proportion import proportion_confint
+
     if n <= 0:
         return Interval(float("nan"), float("nan"), float("nan"), 0)
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    low = 0.0 if k == 0 else max(0.0, centre - half)  # exact at the bounds (rounding would leave 1e-17)
-    high = 1.0 if k == n else min(1.0, centre + half)
-    return Interval(p, low, high, n)
+    low, high = proportion_confint(k, n, alpha=_alpha(z), method="wilson")
+    low = 0.0 if k == 0 else float(low)  # exact at the bounds (rounding would leave 1e-17)
+    high = 1.0 if k == n else float(high)
+    return Interval(k / n, low, high, n)
 
 
 def mean_interval(values: Sequence[float], z: float = Z95) -> Interval:
-    """Mean ± z·s/√n (s the sample std); one value gives a zero-width interval."""
+    """Mean ± z·s/√n (s the sample std; statsmodels' ``zconfint_mean``); one value gives a
+    zero-width interval."""
+    from statsmodels.stats.weightstats import DescrStatsW
+
     x = np.asarray(values, dtype=float)
-    if x.size == 0:
-        return Interval(float("nan"), float("nan"), float("nan"), 0)
-    mean = float(x.mean())
-    half = z * float(x.std(ddof=1)) / math.sqrt(x.size) if x.size > 1 else 0.0
-    return Interval(mean, mean - half, mean + half, int(x.size))
+    if x.size < 2:
+        mean = float(x.mean()) if x.size else float("nan")
+        return Interval(mean, mean, mean, int(x.size))
+    low, high = DescrStatsW(x).zconfint_mean(alpha=_alpha(z))
+    return Interval(float(x.mean()), float(low), float(high), int(x.size))
 
 
 def paired_bootstrap(
     a: Sequence[float], b: Sequence[float], *, rng: np.random.Generator, resamples: int = 10_000
 ) -> Interval:
     """mean(a − b) over paired items, with the 2.5–97.5 percentile interval of the
-    mean over ``resamples`` resamples of the items (with replacement)."""
+    mean over ``resamples`` resamples of the items (with replacement; scipy's ``bootstrap``,
+    method "percentile", drawing from ``rng``)."""
+    from scipy import stats
+
     d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    if d.size == 0:
-        return Interval(float("nan"), float("nan"), float("nan"), 0)
-    idx = rng.integers(0, d.size, size=(resamples, d.size))  # (R, n)
-    means = d[idx].mean(axis=1)
-    low, high = np.percentile(means, [2.5, 97.5])
-    return Interval(float(d.mean()), float(low), float(high), int(d.size))
+    if d.size < 2:  # scipy resamples two items or more; one item resamples to itself
+        mean = float(d.mean()) if d.size else float("nan")
+        return Interval(mean, mean, mean, int(d.size))
+    ci = stats.bootstrap((d,), np.mean, n_resamples=resamples, method="percentile", rng=rng).confidence_interval
+    return Interval(float(d.mean()), float(ci.low), float(ci.high), int(d.size))
 
 
 def mcnemar_exact(only_a: int, only_b: int) -> float:
     """Two-sided exact McNemar p-value from the discordant items: ``only_a`` passed by A
-    alone, ``only_b`` by B alone; under H0 each discordant item is A's with probability 1/2."""
-    n = only_a + only_b
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n
-    return min(1.0, 2 * tail)
+    alone, ``only_b`` by B alone; under H0 each discordant item is A's with probability 1/2
+    (statsmodels' ``mcnemar``, exact)."""
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    return float(mcnemar([[0, only_a], [only_b, 0]], exact=True).pvalue)
 
 
 @dataclass(frozen=True)
@@ -112,25 +128,30 @@ class ClusterRate:
 def cluster_rate(successes: Sequence[int], sizes: Sequence[int]) -> ClusterRate:
     """Σk/Σn over clusters (k_c successes of n_c answers each) with the ratio estimator's
     cluster-robust variance C/(C−1) · Σ(k_c − r·n_c)² / (Σn)²: answers of one cluster count
-    once for their shared difficulty. One cluster gives a NaN standard error."""
+    once for their shared difficulty. That is the HC1 variance of the clusters' rates' mean
+    weighted by n_c (statsmodels' ``WLS``). One cluster gives a NaN standard error."""
+    from statsmodels.regression.linear_model import WLS
+
     k = np.asarray(successes, dtype=float)
     n = np.asarray(sizes, dtype=float)
     total = float(n.sum())
     if total <= 0:
         return ClusterRate(float("nan"), float("nan"), 0, 0)
-    rate = float(k.sum()) / total
-    c = k.size
-    se = math.sqrt(c / (c - 1) * float(((k - rate * n) ** 2).sum())) / total if c > 1 else float("nan")
+    rate, c = float(k.sum()) / total, k.size
+    if c < 2:
+        return ClusterRate(rate, float("nan"), int(total), c)
+    rates = np.divide(k, n, out=np.zeros_like(k), where=n > 0)  # an empty cluster weighs 0
+    se = float(WLS(rates, np.ones(c), weights=n).fit(cov_type="HC1").bse[0])
     return ClusterRate(rate, se, int(total), c)
 
 
 def slope_interval(
     x: Sequence[float], y: Sequence[float], level: float = 0.95, *, autocorrelated: bool = False
 ) -> Interval:
-    """The least-squares slope of y on x (NaN points dropped) with its t interval
-    (n − 2 degrees of freedom); fewer than 3 points give a NaN interval. ``autocorrelated``:
-    the points are a series (one per generation, from slowly changing adapters), so the
-    standard error is widened by √((1 + r)/(1 − r)), r the residuals' lag-1
+    """The least-squares slope of y on x (NaN points dropped; scipy's ``linregress``) with its
+    t interval (n − 2 degrees of freedom); fewer than 3 points give a NaN interval.
+    ``autocorrelated``: the points are a series (one per generation, from slowly changing
+    adapters), so the standard error is widened by √((1 + r)/(1 − r)), r the residuals' lag-1
     autocorrelation in x order when positive (capped at 0.9): the AR(1) correction of the
     effective number of points."""
     from scipy import stats
@@ -141,26 +162,31 @@ def slope_interval(
     xs, ys = xs[ok][order], ys[ok][order]
     if xs.size < 2 or np.ptp(xs) == 0:
         return Interval(float("nan"), float("nan"), float("nan"), int(xs.size))
-    slope, intercept = np.polyfit(xs, ys, 1)
+    fit = stats.linregress(xs, ys)
     if xs.size < 3:
-        return Interval(float(slope), float("nan"), float("nan"), int(xs.size))
-    residual = ys - (slope * xs + intercept)
-    se = math.sqrt(float((residual**2).sum()) / (xs.size - 2) / float(((xs - xs.mean()) ** 2).sum()))
+        return Interval(float(fit.slope), float("nan"), float("nan"), int(xs.size))
+    se = fit.stderr
+    residual = ys - (fit.slope * xs + fit.intercept)
     if autocorrelated and residual.size > 3 and residual[:-1].std() > 0 and residual[1:].std() > 0:
         r = min(0.9, float(np.corrcoef(residual[:-1], residual[1:])[0, 1]))
         se *= math.sqrt((1 + r) / (1 - r)) if r > 0 else 1.0
-    half = float(stats.t.ppf(0.5 + level / 2, xs.size - 2)) * se
-    return Interval(float(slope), float(slope - half), float(slope + half), int(xs.size))
+    half = float(stats.t.ppf(0.5 + level / 2, xs.size - 2)) * se  # not t.interval: it gives NaN for se = 0
+    return Interval(float(fit.slope), float(fit.slope - half), float(fit.slope + half), int(xs.size))
 
 
 def newcombe_difference(first: Interval, second: Interval) -> Interval:
-    """second − first of two independent proportions, with Newcombe's hybrid score interval
-    (1998, method 10) from their Wilson intervals: unlike the Wald interval it keeps its
+    """second − first of two independent proportions (``wilson``'s 95% intervals: their counts
+    are value · n), with Newcombe's hybrid score interval (1998, method 10; statsmodels'
+    ``confint_proportions_2indep``, method "newcomb"): unlike the Wald interval it keeps its
     width at 0 → 0 and is not too narrow near 0 or 1."""
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
     d = second.value - first.value
-    low = d - math.sqrt((second.value - second.low) ** 2 + (first.high - first.value) ** 2)
-    high = d + math.sqrt((second.high - second.value) ** 2 + (first.value - first.low) ** 2)
-    return Interval(d, low, high, first.n + second.n)
+    if not (first.n > 0 and second.n > 0):
+        return Interval(d, float("nan"), float("nan"), first.n + second.n)
+    counts = (second.value * second.n, second.n, first.value * first.n, first.n)
+    low, high = confint_proportions_2indep(*counts, method="newcomb", compare="diff")
+    return Interval(d, float(low), float(high), first.n + second.n)
 
 
 def design_effect(rates: Sequence[float], cluster_ses: Sequence[float], sizes: Sequence[int]) -> float:

@@ -221,7 +221,7 @@ def test_run_outside_context_is_an_error():
 
 def _restart_engine(after_s: float, down_s: float) -> None:
     """Stops the Docker engine that scripts/dockerd.sh started, waits, starts it again."""
-    script = Path(__file__).resolve().parents[2] / "scripts" / "dockerd.sh"
+    script = Path(__file__).resolve().parents[3] / "scripts" / "dockerd.sh"
     time.sleep(after_s)
     subprocess.run(["bash", str(script), "stop"], check=True, capture_output=True, timeout=120)
     time.sleep(down_s)

@@ -1,15 +1,16 @@
-"""A flood at full load (issue 38): thousands of programs through a busy sandbox pool, benign
-ones with known answers interleaved with hostile ones of every kind, on `local` and `docker`.
+"""The sandbox flood (issue 38): programs through a busy sandbox pool, benign ones with known
+answers interleaved with hostile ones of every kind, on `local` and `docker` (test_flood.py
+runs it; ``run`` is the whole of it).
 
 Why: the hostile tests try one attack at a time, each followed by one benign program. Here
 every worker is kept busy (jobs go to the pool in chunks far larger than its window of 64 in
 flight per worker) with a seeded shuffle of benign programs and 39 kinds of hostile ones:
-every kind that tests/core/test_sandbox_hostile.py, test_sandbox_leftovers.py and
-test_sandbox_pool.py try, and fork storms, memory growth to the limit, unbounded output on
-every channel, descriptor exhaustion, signals to other processes (``kill -9 -1``, the worker,
-the namespace's init, host processes of the sandbox uids), writes meant for the next job,
-reading other jobs' files, queued jobs and descriptors, forging results, and an evaluation
-answer forging its verdict.
+every kind that test_hostile.py, test_leftovers.py and test_pool.py (beside this file) try,
+and fork storms, memory growth to the limit, unbounded output on every channel, descriptor
+exhaustion, signals to other processes (``kill -9 -1``, the worker, the namespace's init,
+host processes of the sandbox uids), writes meant for the next job, reading other jobs'
+files, queued jobs and descriptors, forging results, and an evaluation answer forging its
+verdict.
 
 Every program carries a token of its own (``FLOOD_<run>_<index>_``) in its source, and the
 host sets traps: a world-writable drop directory and a world-readable secret file under
@@ -51,22 +52,14 @@ processes (``sleep``) running as root and as each sandbox uid. The figures:
   the workers were kept (worker restarts and the sweeps between jobs are not in it).
 
 The pools use the project's limits except ``timeout_s`` 1 s and ``worker_grace_s`` 3 s (so
-that a hung worker costs 8 s, not 14), and ``uid_base`` 62000, apart from the test suite's
-61000 (a test run at the same time does not count as a leak). Tests reuse the mix:
-tests/core/test_sandbox_flood.py.
-
-    python benchmarks/sandbox_flood.py [--backend local|docker|both] [--programs N]
-        [--workers W] [--hostile-share S] [--seed K] [--chunk C] [--skip KIND,...]
-
-Needs root for the dedicated uids (as the `local` backend does) and `make dockerd
-sandbox-image` for docker. Prints progress on stderr and one final JSON line on stdout.
+that a hung worker costs 8 s, not 14), and ``uid_base`` 62000, apart from the other tests'
+61000 (a test run at the same time does not count as a leak). Needs root for the dedicated
+uids (as the `local` backend does) and `make dockerd sandbox-image` for docker.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import os
 import random
 import re
@@ -75,7 +68,6 @@ import shutil
 import socket
 import stat
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -86,17 +78,14 @@ from pathlib import Path
 from populora_core.config import SandboxConfig
 from populora_core.evaluation.code_suites import check_code
 from populora_core.evaluation.items import EvalItem
-from populora_core.sandbox import Job, Result, SandboxPool, SandboxUnavailable
+from populora_core.sandbox import Job, Result, SandboxPool
+from tests.conftest import docker_client, start_pool
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 POOL_SETTINGS = {"timeout_s": 1.0, "worker_grace_s": 3.0, "uid_base": 62000}
 """What the flood's pools change from the project's defaults (the module docstring says why)."""
 DOCKER_UID_OFFSET = 500  # docker_backend: container i runs as uid_base + 500 + i
 MiB = 1024 * 1024
-
-
-def log(msg: str) -> None:
-    print(f"[sandbox_flood] {msg}", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -334,7 +323,7 @@ def judged_program(answer_code: str) -> tuple[str, str]:
     return check_code(JUDGED_ITEM, f"```python\n{answer_code}```")
 
 
-HT, LT, PT, NEW = "test_sandbox_hostile", "test_sandbox_leftovers", "test_sandbox_pool", "new"
+HT, LT, PT, NEW = "test_hostile", "test_leftovers", "test_pool", "new"
 
 
 _FORGED_RESULTS = r"""me, frame = None, sys._getframe()
@@ -1051,7 +1040,6 @@ def run_pass(
     ctx: Context,
     baseline: str,
     chunk: int = 2500,
-    progress: Callable[[int, Tally, float], None] | None = None,
 ) -> tuple[Tally, float]:
     """Runs ``jobs`` through ``pool`` in chunks (each far larger than the pool's window, so every
     worker stays busy); returns the tally and the wall seconds of the runs alone."""
@@ -1062,8 +1050,6 @@ def run_pass(
         results = pool.run([fj.job for fj in part])
         wall += time.perf_counter() - t0
         judge(part, results, ctx, baseline, tally)
-        if progress:
-            progress(start + len(part), tally, wall)
     return tally, wall
 
 
@@ -1262,10 +1248,7 @@ def _processes_of(uids: set[int], spare: set[int]) -> list[int]:
 
 
 def _containers_of(run_tag: str) -> list[str]:
-    import docker
-
-    client = docker.from_env(timeout=30)
-    return [c.name for c in client.containers.list(all=True) if run_tag in c.name]
+    return [c.name for c in docker_client().containers.list(all=True) if run_tag in c.name]
 
 
 def leftovers(pool: SandboxPool, traps: HostTraps, settle_s: float = 10.0) -> dict:
@@ -1290,57 +1273,43 @@ def leftovers(pool: SandboxPool, traps: HostTraps, settle_s: float = 10.0) -> di
 
 
 # ---------------------------------------------------------------------------------------------
-# The benchmark
+# The flood
 
 
-def flood_config(backend: str, workers: int) -> SandboxConfig:
-    return SandboxConfig(backend=backend, workers=workers, **POOL_SETTINGS)
-
-
-def _progress(label: str, total: int) -> Callable[[int, Tally, float], None]:
-    def report(done: int, tally: Tally, wall: float) -> None:
-        log(
-            f"{label}: {done}/{total} programs, {wall:.0f} s, benign wrong {sum(tally.benign_wrong.values())}, "
-            f"escapes {sum(tally.escapes.values())}"
-        )
-
-    return report
-
-
-def _timed_pass(config: SandboxConfig, jobs: list[FloodJob], ctx: Context, chunk: int, label: str):
-    """A fresh pool, its baseline probe, then ``jobs``: (tally, wall seconds, pool stats, pool)."""
-    pool = SandboxPool(config)
-    pool.start()
+def _timed_pass(backend: str, workers: int, jobs: list[FloodJob], ctx: Context, chunk: int):
+    """A fresh pool (docker skipped as the other tests skip it), warm, its baseline probe, then
+    ``jobs``: (tally, wall seconds, the closed pool)."""
+    pool = start_pool(backend, workers=workers, **POOL_SETTINGS)
     try:
-        pool.run([Job(code="", expr="1")] * (4 * config.workers))  # every worker up and warm
-        baseline = probe_baseline(pool, ctx)
-        tally, wall = run_pass(pool, jobs, ctx, baseline, chunk, _progress(label, len(jobs)))
+        pool.run([Job(code="", expr="1")] * (4 * workers))  # every worker up and warm
+        tally, wall = run_pass(pool, jobs, ctx, probe_baseline(pool, ctx), chunk)
     finally:
         pool.close()
-    return tally, wall, pool.stats, pool
+    return tally, wall, pool
 
 
-def run_backend(
-    backend: str, n: int, workers: int, hostile_share: float, seed: int, chunk: int, skip: Sequence[str] = ()
-) -> dict:
-    """The flood (hostile kinds in ``skip`` left out) and the benign-only pass on ``backend``; the
-    figures for the final line."""
-    config = flood_config(backend, workers)
+def run(
+    backend: str, workers: int, make_jobs: Callable[[Context], list[FloodJob]], chunk: int = 2500
+) -> tuple[list[FloodJob], dict]:
+    """The mix ``make_jobs`` gives among the host's traps: its benign programs alone through a
+    fresh pool, then the whole mix through another. Returns the mix and the figures (the
+    module docstring defines them)."""
+    config = SandboxConfig(backend=backend, workers=workers, **POOL_SETTINGS)
     with HostTraps(sandbox_uids(config)) as traps:
-        ctx = traps.context
-        mix = make_mix(n, hostile_share, seed, ctx, hostile_kinds=[k for k in HOSTILE if k not in skip])
+        mix = make_jobs(traps.context)
         benign = [fj for fj in mix if not fj.hostile]
-        log(f"{backend}: {len(mix)} programs, {len(mix) - len(benign)} hostile; benign-only pass first")
-        alone, alone_s, _, _ = _timed_pass(config, benign, ctx, chunk, f"{backend} benign alone")
+        alone, alone_s, _ = _timed_pass(backend, workers, benign, traps.context, chunk)
         started = time.perf_counter()
-        flood, flood_s, stats, pool = _timed_pass(config, mix, ctx, chunk, f"{backend} flood")
+        flood, flood_s, pool = _timed_pass(backend, workers, mix, traps.context, chunk)
         leaks = leftovers(pool, traps)
         escapes = flood.escapes + traps.evidence()
         total_s = time.perf_counter() - started
     per_s, per_s_alone = flood.benign / flood_s, alone.benign / alone_s
     hostile_s = flood.hostile_job_s + flood.hung * 2 * (config.timeout_s + config.worker_grace_s)
     net_s = max(1e-9, flood_s - hostile_s / workers)
-    return {
+    return mix, {
+        "backend": backend,
+        **POOL_SETTINGS,
         "programs": len(mix),
         "hostile": flood.hostile,
         "benign": flood.benign,
@@ -1361,48 +1330,10 @@ def run_backend(
         "own_results_forged": flood.own_results_forged,
         "benign_wrong_by_kind": dict(flood.benign_wrong),
         "benign_wrong_alone": sum(alone.benign_wrong.values()),
-        "worker_restarts": stats.worker_restarts,
-        "sandbox_failures": stats.sandbox_failures,
+        "worker_restarts": pool.stats.worker_restarts,
+        "sandbox_failures": pool.stats.sandbox_failures,
         "hostile_by_kind": {k: dict(v) for k, v in sorted(flood.hostile_statuses.items())},
         "hostile_unexpected": {k: dict(v) for k, v in sorted(flood.unexpected.items())},
         "examples": flood.examples + leaks["leaked_examples"],
         "total_s": round(total_s, 1),
     }
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=("local", "docker", "both"), default="both")
-    parser.add_argument("--programs", type=int, default=10_000, help="programs per backend (default 10000)")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--hostile-share", type=float, default=0.3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--chunk", type=int, default=2500, help="programs per pool.run call (default 2500)")
-    parser.add_argument("--skip", default="", help="comma-separated hostile kinds to leave out (default none)")
-    args = parser.parse_args()
-    skip = [k for k in args.skip.split(",") if k]
-    if set(skip) - set(HOSTILE):
-        parser.error(f"unknown hostile kinds {sorted(set(skip) - set(HOSTILE))}; kinds: {', '.join(HOSTILE)}")
-    logging.getLogger("populora_core.sandbox").setLevel(logging.ERROR)  # one warning per replaced worker
-    backends = ["local", "docker"] if args.backend == "both" else [args.backend]
-    figures: dict[str, object] = {"hostile_share": args.hostile_share, "seed": args.seed, "skip": skip, **POOL_SETTINGS}
-    for backend in backends:
-        try:
-            figures[backend] = run_backend(
-                backend, args.programs, args.workers, args.hostile_share, args.seed, args.chunk, skip
-            )
-        except SandboxUnavailable as exc:
-            log(f"{backend}: skipped ({exc})")
-            figures[backend] = {"skipped": str(exc)[:300]}
-            continue
-        got = figures[backend]
-        log(
-            f"{backend}: benign_wrong {got['benign_wrong']}, escapes {got['escapes']} {got['escapes_by']}, "
-            f"leaked {got['leaked_processes']} processes / {got['leaked_files']} files, "
-            f"ratio {got['ratio']} (net {got['ratio_net']}), {got['seconds']} s"
-        )
-    print(json.dumps(figures))
-
-
-if __name__ == "__main__":
-    main()
