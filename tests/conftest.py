@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from populora_core.config import ProblemsConfig, SandboxConfig
-from populora_core.sandbox import SandboxPool, SandboxUnavailable
+from populora_core.sandbox import SandboxPool, SandboxUnavailable, get_backend
 
 FLOWS = os.path.join(os.path.dirname(__file__), "flows") + os.sep
 
@@ -53,8 +54,9 @@ def docker_ready(image: str) -> str | None:
     return None
 
 
-def start_pool(backend: str, **overrides) -> SandboxPool:
-    """A started pool; docker is skipped where no engine runs, except in CI."""
+def start_pool(backend: str, harness: Path | None = None, **overrides) -> SandboxPool:
+    """A started pool; docker is skipped where no engine runs, except in CI. ``harness``: the
+    judges' harness package its programs import, if not the installed one."""
     config = SandboxConfig(backend=backend, **overrides)
     if backend == "docker":
         why = docker_ready(config.docker_image)
@@ -62,7 +64,7 @@ def start_pool(backend: str, **overrides) -> SandboxPool:
             if _docker_required():
                 pytest.fail(f"CI needs the docker sandbox: {why}")
             pytest.skip(why)
-    pool = SandboxPool(config)
+    pool = SandboxPool(config, backend=get_backend(config, harness=harness))
     try:
         pool.start()
     except SandboxUnavailable as exc:

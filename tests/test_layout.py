@@ -39,6 +39,25 @@ def test_modules_and_functions_stay_small():
     assert not too_long, "\n".join(too_long)
 
 
+def test_the_judges_harness_imports_only_the_standard_library():
+    """populora_core/harness/ runs in the sandbox, whose interpreter has the standard library and
+    the harness alone (no site-packages, nothing else of this project)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "populora_core" / "harness"
+    outside = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] if node.level == 0 else []  # a relative import stays inside
+            for name in names:
+                if name.split(".")[0] not in sys.stdlib_module_names and not name.startswith("populora_core.harness"):
+                    outside.append(f"{path.name}:{node.lineno} imports {name}")
+    assert not outside, outside
+
+
 def test_flows_import_only_tasks_the_run_module_and_config():
     """Flows orchestrate: what they compute lives in the core, reached through tasks."""
     import ast

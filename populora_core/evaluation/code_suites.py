@@ -6,7 +6,7 @@ program in the sandbox.
   item's ``check(candidate)``.
 - humanevalplus: `humanevalplus/HumanEvalPlus.jsonl.gz` (v0.1.10); the base tests, then
   every base and plus input against the canonical solution (EvalPlus's comparison,
-  `evalplus_oracle.py`).
+  `harness/evalplus.py`).
 - mbpp: `mbpp/sanitized-mbpp.json` (427 items); its ``test_list`` asserts.
 - mbppplus: `mbppplus/MbppPlus.jsonl.gz` (v0.2.0, 378 items); every base and plus input
   against the canonical solution, as EvalPlus scores MBPP+ (Mbpp/793 has no plus inputs).
@@ -22,9 +22,9 @@ import re
 import textwrap
 from pathlib import Path
 
-from populora_core.evaluation.candidate_process import program_prelude
-from populora_core.evaluation.evalplus_oracle import harness_source
+from populora_core.evaluation.harness_calls import harness_call, program_prelude
 from populora_core.evaluation.items import CODE_SYSTEM, EvalItem, chat, code_prompt, fenced
+from populora_core.harness import evalplus
 
 PLUS_LIMITS = {"timeout_s": 300.0, "memory_mb": 4096}
 """One EvalPlus job (reference and candidate on every input; each input has its own time
@@ -173,7 +173,7 @@ def _mbpp_judge_part(asserts: str, reference: str) -> tuple[str, list[str]]:
 def check_code(item: EvalItem, completion: str) -> tuple[str, str] | None:
     """(program, "True") that runs cleanly iff the function is right; None: no code block.
 
-    The candidate's code runs in a process of its own (`candidate_process.py`); the
+    The candidate's code runs in a process of its own (`harness/candidate.py`); the
     benchmark's tests, its reference and the verdict stay in the judged program, which calls
     the candidate's functions through a pipe."""
     d = item.data
@@ -195,11 +195,8 @@ def check_code(item: EvalItem, completion: str) -> tuple[str, str] | None:
         program += f"{entry} = _candidate.function({entry!r})\n"
     if d["plus"]:
         plus = d["plus"]
-        program += (
-            f"\n{harness_source()}\n_evalplus_check({plus['dataset']!r}, {entry!r}, {entry}, "
-            f"{plus['reference']!r}, {plus['inputs_json']!r}, {plus['atol']!r}, {plus['task']!r}, "
-            f"{plus.get('base_count', 0)!r})\n"
-        )
+        literals = (plus["reference"], plus["inputs_json"], plus["atol"], plus["task"], plus.get("base_count", 0))
+        program += harness_call(evalplus.check, repr(plus["dataset"]), repr(entry), entry, *map(repr, literals))
     return program, "True"
 
 

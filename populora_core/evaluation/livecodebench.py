@@ -13,7 +13,7 @@ and ``metadata`` (a JSON string; ``func_name`` for functional problems).
 The private tests are unpickled by an Unpickler that resolves no global at all, so a
 crafted file can build only plain values (str, bytes, numbers, containers), never
 call anything; the result must be a str or bytes holding JSON. The prompt is
-lcb_runner's generic one; judging is lcb_runner's (``lcb_oracle.py``), in the sandbox.
+lcb_runner's generic one; judging is lcb_runner's (``harness/lcb.py``), in the sandbox.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import re
 import zlib
 from pathlib import Path
 
-from populora_core.evaluation.candidate_process import program_prelude
+from populora_core.evaluation.harness_calls import harness_call, program_prelude
 from populora_core.evaluation.items import EvalItem, chat, fenced
-from populora_core.evaluation.lcb_oracle import _LCB_TEST_SECONDS, harness_source
+from populora_core.harness import lcb
 
 LCB_SYSTEM = (
     "You are an expert Python programmer. You will be given a question (problem specification) and will "
@@ -89,7 +89,7 @@ def problem_item(r: dict) -> EvalItem:
     data = {
         "tests_json": json.dumps([[t["input"], t["output"]] for t in tests]),
         "fn_name": metadata.get("func_name"),  # as lcb_runner: a func_name makes the problem call-based
-        "timeout_s": min(600.0, 10.0 + _LCB_TEST_SECONDS * len(tests)),
+        "timeout_s": min(600.0, 10.0 + lcb.TEST_SECONDS * len(tests)),
         "platform": r["platform"],
         "difficulty": r["difficulty"],
         "contest_date": r["contest_date"],
@@ -118,6 +118,5 @@ def check_livecodebench(item: EvalItem, completion: str) -> tuple[str, str] | No
     if code is None:
         return None
     d = item.data
-    harness = harness_source()
-    check = f"_lcb_check(_candidate, {code!r}, {d['tests_json']!r}, {d['fn_name']!r})"
-    return f"{program_prelude(harness)}{harness}\n{check}\n", "True"
+    check = harness_call(lcb.check, "_candidate", repr(code), repr(d["tests_json"]), repr(d["fn_name"]))
+    return program_prelude(lcb.ANSWER_SOURCE) + check, "True"

@@ -1,11 +1,11 @@
 """Sandbox backends: each starts the same worker (worker.py) inside its isolation.
 
 - ``local``: bubblewrap, started as a dedicated unprivileged uid per worker;
-  new user, pid, network, ipc, uts and cgroup namespaces; only the interpreter
-  and /usr/lib mounted, read-only; a read-only root and /dev (its character
-  devices still work); writable only a size-capped private /tmp and /dev/shm,
-  which the worker empties after every job; no capabilities; empty
-  environment. Dies with its parent. The worker is the pid namespace's pid 1
+  new user, pid, network, ipc, uts and cgroup namespaces; only the interpreter,
+  /usr/lib and the judges' harness (`harness_copy.py`) mounted, read-only; a
+  read-only root and /dev (its character devices still work); writable only a
+  size-capped private /tmp and /dev/shm, which the worker empties after every
+  job; no capabilities; empty environment. Dies with its parent. The worker is the pid namespace's pid 1
   (``--as-pid-1``): bubblewrap's own init would run as the program's uid, traceable by
   it and holding the job and result pipes, so a program could forge the results of the
   jobs after it; the worker is non-dumpable (untraceable, its descriptors closed to
@@ -13,9 +13,9 @@
 - ``docker`` (docker_backend.py): one long-lived hardened container per worker,
   driven through the Docker SDK.
 - ``unsafe-subprocess``: the worker as a plain child process with rlimits only.
-  It blocks neither the network nor writes to the host: it exists for machines
-  where neither of the others can run, only when asked for by name, and warns
-  at every start.
+  It blocks neither the network nor writes to the host (the judges' harness
+  copy included): it exists for machines where neither of the others can run,
+  only when asked for by name, and warns at every start.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from populora_core.sandbox.base import (
     worker_source,
 )
 from populora_core.sandbox.docker_backend import DockerBackend
+from populora_core.sandbox.harness_copy import HARNESS_MOUNT, HarnessCopy
 
 __all__ = [
     "BACKENDS",
@@ -154,10 +155,13 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, config: SandboxConfig, tmpfs_mb: int = TMPFS_MB, shm_mb: int = SHM_MB) -> None:
+    def __init__(
+        self, config: SandboxConfig, tmpfs_mb: int = TMPFS_MB, shm_mb: int = SHM_MB, *, harness: Path | None = None
+    ) -> None:
         self.config = config
         self.tmpfs_bytes = tmpfs_mb * 1024 * 1024
         self.shm_bytes = shm_mb * 1024 * 1024
+        self.harness = HarnessCopy(harness)
         self._python: str | None = None
 
     def check(self) -> None:
@@ -172,6 +176,11 @@ class LocalBackend:
             # Not root: bwrap runs as ourselves; we cannot pick a dedicated uid.
             log.info("sandbox 'local': not root, workers run under the current uid %d", os.geteuid())
         self._python = find_system_python(self.config.python)
+        if os.geteuid() == 0 and not _readable_by_others(self.harness.root()):
+            raise SandboxUnavailable(
+                f"sandbox backend 'local': the judges' harness copy {self.harness.root()} is not readable by "
+                "an unprivileged uid: set TMPDIR to a directory every user can enter (such as /tmp)"
+            )
         # The real worker with --check: bubblewrap starts, the seccomp filter
         # installs, and no writable mount escapes the per-job sweep.
         probe = subprocess.run(self._argv(0, check=True), capture_output=True, text=True, timeout=30, check=False)
@@ -189,7 +198,7 @@ class LocalBackend:
 
     def _filesystem(self, python: str) -> list[str]:
         """bwrap arguments for the sandbox's file system: read-only but for a capped /tmp and /dev/shm."""
-        mounts = ["--ro-bind", python, python]
+        mounts = ["--ro-bind", python, python, "--ro-bind", str(self.harness.root()), HARNESS_MOUNT]
         for lib in ("/usr/lib", "/usr/lib64", "/usr/local/lib"):
             if Path(lib).is_dir() and not python.startswith(lib):
                 mounts += ["--ro-bind", lib, lib]
@@ -228,7 +237,7 @@ class LocalBackend:
             "--chdir", "/tmp",
             "--", python, *WORKER_FLAGS,
         ]  # fmt: skip
-        return [*prefix, *bwrap, "-c", worker_source(), "--isolated", *(["--check"] if check else [])]
+        return [*prefix, *bwrap, "-c", worker_source(HARNESS_MOUNT), "--isolated", *(["--check"] if check else [])]
 
     def start(self, index: int) -> WorkerProcess:
         return _popen_worker(self._argv(index), env={}, name=f"local-{index}", index=index)
@@ -242,11 +251,13 @@ class UnsafeSubprocessBackend:
 
     name = "unsafe-subprocess"
 
-    def __init__(self, config: SandboxConfig) -> None:
+    def __init__(self, config: SandboxConfig, *, harness: Path | None = None) -> None:
         self.config = config
+        self.harness = HarnessCopy(harness)
 
     def check(self) -> None:
         find_system_python(self.config.python)
+        self.harness.root()
 
     def start(self, index: int) -> WorkerProcess:
         log.warning(
@@ -257,7 +268,7 @@ class UnsafeSubprocessBackend:
         )
         python = find_system_python(self.config.python)
         env = {"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
-        argv = [python, *WORKER_FLAGS, "-c", worker_source()]
+        argv = [python, *WORKER_FLAGS, "-c", worker_source(str(self.harness.root()))]
         return _popen_worker(argv, env=env, name=f"unsafe-{index}", index=index, start_new_session=True)
 
     def stop(self, worker: WorkerProcess) -> None:
@@ -271,12 +282,13 @@ BACKENDS: dict[str, type] = {
 }
 
 
-def get_backend(config: SandboxConfig) -> SandboxBackend:
-    """The backend named by ``config.backend``; raises with the valid names on a miss."""
+def get_backend(config: SandboxConfig, *, harness: Path | None = None) -> SandboxBackend:
+    """The backend named by ``config.backend``; raises with the valid names on a miss.
+    ``harness``: the judges' harness package its programs import (`harness_copy.py`)."""
     try:
         cls = BACKENDS[config.backend]
     except KeyError:
         raise SandboxUnavailable(
             f"unknown sandbox backend {config.backend!r}; choose one of {sorted(BACKENDS)}"
         ) from None
-    return cls(config)
+    return cls(config, harness=harness)

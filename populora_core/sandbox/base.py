@@ -13,7 +13,7 @@ WORKER_FLAGS = ("-s", "-S", "-P")
 """The worker's interpreter flags: no user site-packages, no site, no script directory on the
 path. Not ``-I``: it implies ``-E``, which ignores the PYTHONHASHSEED=0 every backend sets, and
 string hashes (set orders) would differ between workers, and between a judge and its answer's
-process (`candidate_process.py` starts that with the same flags)."""
+process (`harness/candidate.py` starts that with the same flags)."""
 TMPFS_MB = 64
 """Size of the writable /tmp of each sandbox (emptied after every job)."""
 SHM_MB = 16
@@ -26,15 +26,19 @@ class SandboxUnavailable(RuntimeError):
     """The configured backend cannot run here; the message says how to get it."""
 
 
-def worker_source() -> str:
+def worker_source(harness_root: str) -> str:
     """The program every backend runs with ``python -s -S -P -c`` (``WORKER_FLAGS``).
 
     The worker needs jail.py beside it and nothing of this package is
     installed inside the isolation, so the program carries both sources:
     jail.py becomes module ``jail``, then worker.py runs as ``__main__``.
+    ``harness_root``, the directory holding the judges' harness as the worker
+    sees it (`harness_copy.py`), goes last on its ``sys.path``, behind the
+    standard library, for every program it runs.
     """
     return (
         "import sys, types\n"
+        f"sys.path.append({harness_root!r})\n"
         "jail = types.ModuleType('jail')\n"
         f"exec(compile({JAIL_PATH.read_text()!r}, 'jail.py', 'exec'), jail.__dict__)\n"
         "sys.modules['jail'] = jail\n"

@@ -15,6 +15,13 @@ container starts, so nothing is missed); Docker frames what comes back, and
 ``Demux`` takes the frames off. A hung worker's container is killed and
 removed through the API (killing a client would stop nothing). ``check`` runs
 the worker's own start checks (``--check``) in a container made the same way.
+
+The judges' harness is bind-mounted read-only from the backend's copy on the host
+(`harness_copy.py`), not baked into the image: the image stays the interpreter and its
+standard library (rebuilt only when its recipe changes), no image can lag behind an edit of
+the judges (no tag or label to keep in step with them), and a backend can be given another
+copy (a test's). The cost: the engine must see the host's temp dir, as a local engine
+(``make dockerd``) does; one that cannot fails ``check``.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from pathlib import Path
 
 from populora_core.config import SandboxConfig
 from populora_core.sandbox.base import (
@@ -32,6 +40,7 @@ from populora_core.sandbox.base import (
     WorkerProcess,
     worker_source,
 )
+from populora_core.sandbox.harness_copy import HARNESS_MOUNT, HarnessCopy
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +94,11 @@ class DockerBackend:
 
     name = "docker"
 
-    def __init__(self, config: SandboxConfig, tmpfs_mb: int = TMPFS_MB, shm_mb: int = SHM_MB) -> None:
+    def __init__(
+        self, config: SandboxConfig, tmpfs_mb: int = TMPFS_MB, shm_mb: int = SHM_MB, *, harness: Path | None = None
+    ) -> None:
         self.config = config
+        self.harness = HarnessCopy(harness)
         self.shm_mb = shm_mb
         self.tmpfs = {"/tmp": f"rw,nosuid,nodev,size={tmpfs_mb}m,mode=1777"}
         self.run_tag = uuid.uuid4().hex[:8]
@@ -164,13 +176,14 @@ class DockerBackend:
         mem = f"{self.config.docker_memory_mb}m"
         return self.client().containers.create(
             self.config.docker_image,
-            ["python3", *WORKER_FLAGS, "-c", worker_source(), "--isolated", *flags],
+            ["python3", *WORKER_FLAGS, "-c", worker_source(HARNESS_MOUNT), "--isolated", *flags],
             name=name,
             stdin_open=True,  # with the SDK's defaults also StdinOnce: our socket closing ends the worker
             auto_remove=True,
             network_mode="none",
             read_only=True,
             tmpfs=self.tmpfs,
+            mounts=[_docker_module().types.Mount(HARNESS_MOUNT, str(self.harness.root()), "bind", read_only=True)],
             shm_size=f"{self.shm_mb}m",
             ipc_mode="private",
             user=f"{uid}:{uid}",

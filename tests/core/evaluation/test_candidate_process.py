@@ -1,4 +1,4 @@
-"""The candidate in a process of its own (candidate_process.py): values cross as plain data,
+"""The candidate in a process of its own (harness/candidate.py): values cross as plain data,
 objects stay behind as handles, exceptions and time limits cross by name, messages name no
 callable; and through the real sandbox, no answer of any code benchmark passes by forging its
 verdict or by returning an object equal to everything (both passed before: the answer ran in
@@ -19,18 +19,18 @@ from pathlib import Path
 
 import pytest
 
-import populora_core.evaluation.candidate_process as cp
+import populora_core.harness.candidate as cp
 from populora_core.evaluation.benchmarks import load_benchmark
-from populora_core.evaluation.candidate_wire import _CpUnpickler
 from populora_core.evaluation.code_suites import _mbpp_judge_part
+from populora_core.evaluation.harness_calls import program_prelude
 from populora_core.evaluation.livecodebench import load_livecodebench
 from populora_core.evaluation.pass_at_1 import judge_answers
+from populora_core.harness.wire import Unpickler
 from populora_core.sandbox.base import WORKER_FLAGS
 from tests.core.evaluation.conftest import DATA, code_answer
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-
-OWN_SOURCE = cp.module_source()
+ROOT = Path(__file__).resolve().parents[3]
 
 CANDIDATE = """
 import collections, enum, os
@@ -106,7 +106,7 @@ def stubborn(seconds):
 
 @pytest.fixture(scope="module")
 def candidate():
-    process = cp.CandidateProcess(CANDIDATE, OWN_SOURCE)
+    process = cp.CandidateProcess(CANDIDATE)
     yield process
     process.close()
 
@@ -128,14 +128,14 @@ def test_a_subclass_crosses_as_its_base_type_and_leaves_its_eq_behind(candidate)
 
 def test_an_object_equal_to_everything_stays_behind_and_equals_nothing(candidate):
     equal = candidate.function("equal")()
-    assert isinstance(equal, cp._CandidateObject)
+    assert isinstance(equal, cp.CandidateObject)
     assert not equal == 5  # noqa: SIM201 - the comparison under test
     assert [equal] != [5]
 
 
 def test_objects_stay_in_the_candidate_and_are_passed_back_as_themselves(candidate):
     pair = candidate.function("Pair")(1, 2)
-    assert isinstance(pair, cp._CandidateObject)
+    assert isinstance(pair, cp.CandidateObject)
     assert candidate.function("total")([pair, pair, candidate.function("Pair")(10, 0)]) == 16
 
 
@@ -147,7 +147,7 @@ def test_exceptions_cross_by_name(candidate):
     with pytest.raises(NameError, match="'missing' is not defined"):
         candidate.function("missing")
     with pytest.raises(SyntaxError):
-        cp.CandidateProcess("def broken(:\n", OWN_SOURCE)
+        cp.CandidateProcess("def broken(:\n")
 
 
 def test_a_time_limit_is_kept_in_the_candidates_process(candidate):
@@ -157,8 +157,8 @@ def test_a_time_limit_is_kept_in_the_candidates_process(candidate):
 
 
 def test_an_answer_that_swallows_its_time_limit_meets_the_judges(monkeypatch):
-    monkeypatch.setattr(cp, "_CP_WATCHDOG_SLACK_S", 0.5)
-    process = cp.CandidateProcess(CANDIDATE, OWN_SOURCE)
+    monkeypatch.setattr(cp, "WATCHDOG_SLACK_S", 0.5)
+    process = cp.CandidateProcess(CANDIDATE)
     started = time.monotonic()
     with pytest.raises(TimeoutError):
         process.function("stubborn").timed(0.2, 30)
@@ -168,7 +168,7 @@ def test_an_answer_that_swallows_its_time_limit_meets_the_judges(monkeypatch):
 
 def test_what_tests_do_with_a_value_besides_comparing_it_works_on_objects_left_behind(candidate):
     squares = candidate.function("lazy")(4)
-    assert isinstance(squares, cp._CandidateObject)
+    assert isinstance(squares, cp.CandidateObject)
     assert squares != [0, 1, 4, 9]  # a generator is no list, as in one process
     assert tuple(squares) == (0, 1, 4, 9)
     assert set(candidate.function("lazy")(3)) == {0, 1, 4}
@@ -194,14 +194,14 @@ def test_a_value_that_cannot_cross_leaves_the_answers_process_running(candidate)
 
 
 def test_an_operation_on_an_endless_value_meets_its_time_limit(candidate, monkeypatch):
-    monkeypatch.setattr(cp, "_CP_OP_SECONDS", 0.3)
+    monkeypatch.setattr(cp, "OP_SECONDS", 0.3)
     with pytest.raises(TimeoutError):
         list(candidate.function("endless")())
     assert candidate.function("total")([]) == 0
 
 
 def test_the_answer_runs_under_the_sandbox_workers_flags():
-    assert cp._CP_FLAGS == WORKER_FLAGS
+    assert cp.FLAGS == WORKER_FLAGS
 
 
 def test_annotations_are_postponed_as_in_the_worker(candidate):
@@ -218,10 +218,10 @@ def test_the_answer_cannot_interrupt_the_judge():
     """SIGINT from the answer would raise KeyboardInterrupt in whatever judge code runs (into a
     bare ``except:`` of a CRUXEval program): it ends the judge instead."""
     judge = (
-        cp.program_prelude("import os, signal\ndef poke():\n    os.kill(os.getppid(), signal.SIGINT)\n")
+        program_prelude("import os, signal\ndef poke():\n    os.kill(os.getppid(), signal.SIGINT)\n")
         + "try:\n    _candidate.function('poke')()\n    import time\n    time.sleep(2)\nexcept:\n    print('caught')\n"
     )
-    done = subprocess.run([sys.executable, "-c", judge], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", judge], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == -signal.SIGINT and "caught" not in done.stdout
 
 
@@ -243,7 +243,7 @@ def test_a_message_naming_any_callable_but_a_builtin_type_is_refused(tmp_path):
 
     for message in (pickle.dumps(Payload()), pickle.dumps(Path("x")), pickle.dumps(Fraction(1, 2))):
         with pytest.raises(pickle.UnpicklingError, match="may not name"):
-            _CpUnpickler(io.BytesIO(message)).load()
+            Unpickler(io.BytesIO(message)).load()
     assert not target.exists()
 
 

@@ -755,7 +755,7 @@ try:
         tampered.append('ptrace')
 except Exception:
     pass
-tests = [o for o in gc.get_objects() if isinstance(o, dict) and ('check' in o or '_evalplus_check' in o)]
+tests = [o for o in gc.get_objects() if isinstance(o, dict) and 'check' in o]
 if tampered or tests:
     print('TAMPERED', tampered, len(tests))
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from populora_core.sandbox import Job, Result, SandboxPool
+from populora_core.sandbox.harness_copy import HARNESS_MOUNT, HARNESS_PACKAGE
 from tests.conftest import SECRET
 
 BENIGN = Job(code="def f(n):\n    return sum(range(n))\n", expr="f(100)")
@@ -86,6 +87,31 @@ def test_reading_secrets_of_the_host_fails(single_pool):
     if shadow:
         assert shadow.splitlines()[0] not in result.stdout
     assert "root:x:0:0:root:/root" not in result.stdout  # the host's passwd line
+
+
+def test_the_judges_harness_cannot_be_changed(single_pool):
+    """The harness every later judged program imports (read-only at HARNESS_MOUNT) takes no
+    write, new module, bytecode cache, mode change, removal or rename."""
+    harness = f"{HARNESS_MOUNT}/populora_core/harness"
+    attempts = (
+        f"open('{harness}/candidate.py', 'a').write('x')",
+        f"open('{harness}/evil.py', 'w')",
+        f"open('{HARNESS_MOUNT}/populora_core/__init__.py', 'w')",
+        f"os.mkdir('{harness}/__pycache__')",
+        f"os.chmod('{harness}/wire.py', 0o777)",
+        f"os.unlink('{harness}/lcb.py')",
+        f"os.rename('{harness}/evalplus.py', '/tmp/evalplus.py')",
+    )
+    code = "import os\nchanged = []\n"
+    for attempt in attempts:
+        code += f"try:\n    {attempt}\n    changed.append({attempt!r})\nexcept OSError:\n    pass\n"
+    code += "import populora_core.harness.candidate\nprint(changed, populora_core.harness.candidate.__file__)\n"
+    result = attack(single_pool, code)
+    assert result.stdout == f"[] {harness}/candidate.py\n", result
+    copy = single_pool.backend.harness.root() / "populora_core" / "harness"
+    assert {p.name: p.read_text() for p in copy.iterdir()} == {
+        p.name: p.read_text() for p in HARNESS_PACKAGE.glob("*.py")
+    }
 
 
 def test_parent_environment_is_not_readable(single_pool):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from populora_core.config import SandboxConfig
-from populora_core.evaluation.candidate_process import program_prelude
+from populora_core.evaluation.harness_calls import program_prelude
 from populora_core.sandbox import Job, SandboxPool, SandboxUnavailable
 from populora_core.sandbox.backends import get_backend
 from populora_core.sandbox.base import SHM_MB, TMPFS_MB

@@ -1,7 +1,7 @@
 """The candidate in a process of its own: a benchmark's tests judge it through a pipe.
 
-Standard library only: ``program_prelude()`` pastes this module's source into the judged
-program, which then runs in the sandbox as two processes:
+A judged program imports this module (``evaluation.harness_calls.program_prelude`` writes
+the line) and then runs in the sandbox as two processes:
 
 - the **judge** (the program itself, which the sandbox worker started): the benchmark's
   tests, its reference solution, and the verdict the worker reads from fd 3. It makes itself
@@ -9,45 +9,44 @@ program, which then runs in the sandbox as two processes:
   descriptors through ``/proc``;
 - the **candidate**: a fresh interpreter (``exec``, not a fork: it holds none of the judge's
   memory, neither the tests nor the reference nor their expected values), started with no
-  descriptor but stdin, stdout, stderr and its two pipes. It executes the answer's code as
-  ``__main__`` and then answers calls: the judge's ``_CandidateObject`` sends a call's
+  descriptor but stdin, stdout, stderr and its two pipes, which imports this module from
+  where the judge did (``_bootstrap``). It executes the answer's code as ``__main__`` and
+  then answers calls: the judge's ``CandidateObject`` sends a call's
   arguments, the candidate returns the value or the exception.
 
-Values cross as pickles that name no class but a builtin type (`candidate_wire.py`): None,
+Values cross as pickles that name no class but a builtin type (`wire.py`): None,
 bool, int, float, complex, str, bytes, bytearray, range, slice, and lists, tuples, sets,
 frozensets and dicts of them, and Fractions and Decimals by their parts; a subclass crosses
-as its base type (its own ``__eq__`` stays behind, ``_cp_plain``). Anything else stays in
-the candidate's process and crosses as a handle (``_CandidateObject``) the judge can call or
+as its base type (its own ``__eq__`` stays behind, ``wire.plain``). Anything else stays in
+the candidate's process and crosses as a handle (``CandidateObject``) the judge can call or
 pass back (a class the tests construct, as some MBPP tests do), equal to nothing; read-only
-operations on it (``_CP_OPS``: iterating, ``len``, ``float``...) run in the candidate's
+operations on it (``OPS``: iterating, ``len``, ``float``...) run in the candidate's
 process, once each. So the comparison is the judge's own ``==`` on
 plain values: an answer cannot write the verdict, return an object equal to everything, or
 read the expected outputs. The judge ignores SIGPIPE and lets SIGINT end it, so the
 candidate's signals can only fail it. Exceptions cross by name: a builtin one is raised again
 as itself, any other as ``RuntimeError('<Name>: <message>')``; a call's time limit
-(``_CandidateObject.timed``) is kept in the candidate's process and, as a backstop, by the
-judge (``_CP_WATCHDOG_*``), raising ``TimeoutError``; StopIteration, StopAsyncIteration,
+(``CandidateObject.timed``) is kept in the candidate's process and, as a backstop, by the
+judge (``WATCHDOG_*``), raising ``TimeoutError``; StopIteration, StopAsyncIteration,
 GeneratorExit and anything not an Exception cross as RuntimeError; a candidate that dies
 raises ``RuntimeError`` (``TimeoutError`` when its CPU limit killed it).
 """
 
 from __future__ import annotations
-import __future__ as _cp_future
+import __future__
 
-import builtins as _cp_builtins
-import operator as _cp_operator
-import os as _cp_os
-import signal as _cp_signal
-import subprocess as _cp_subprocess
-import sys as _cp_sys
-import time as _cp_time
+import builtins
+import operator
+import os
+import signal
+import subprocess
+import sys
+import time
 
-from populora_core.evaluation.candidate_wire import (  # pasted before this module in the sandbox
-    _CpChannel,
-)
+from populora_core.harness.wire import Channel
 
 
-class _CandidateObject:
+class CandidateObject:
     """A value that stayed in the candidate's process: callable, and passed back as itself."""
 
     def __init__(self, process, handle: int) -> None:
@@ -61,8 +60,8 @@ class _CandidateObject:
         return self._process.call(self._handle, args, {}, seconds)
 
     def _op(self, op: str, *args):
-        """``op`` (``_CP_OPS``) on the value, run in the candidate's process under
-        ``_CP_OP_SECONDS``, once per (op, arguments): the value reads the same every time (a
+        """``op`` (``OPS``) on the value, run in the candidate's process under
+        ``OP_SECONDS``, once per (op, arguments): the value reads the same every time (a
         ``__float__`` answering differently on each call could make a test's sum come out right)."""
         key = (op, *args)
         try:
@@ -71,7 +70,7 @@ class _CandidateObject:
             key = None
         except KeyError:
             pass
-        value = self._process.call(self._handle, args, {}, _CP_OP_SECONDS, op)
+        value = self._process.call(self._handle, args, {}, OP_SECONDS, op)
         if key is not None:
             self._seen[key] = value
         return value
@@ -110,32 +109,32 @@ class _CandidateObject:
         return f"<candidate object {self._handle}>"
 
 
-_CP_OP_SECONDS = 10.0
-"""The time limit of a read-only operation on a handle (``_CP_OPS``: ``list()`` of a generator)."""
-_CP_FLAGS = ("-s", "-S", "-P")
+OP_SECONDS = 10.0
+"""The time limit of a read-only operation on a handle (``OPS``: ``list()`` of a generator)."""
+FLAGS = ("-s", "-S", "-P")
 """The answer's interpreter flags: the sandbox worker's (``sandbox.base.WORKER_FLAGS``)."""
-_CP_OPS = {
+OPS = {
     "iter": list,
     "len": len,
     "bool": bool,
     "getitem": lambda obj, key: obj[key],
     "float": float,
     "int": int,
-    "index": _cp_operator.index,
+    "index": operator.index,
     "str": str,
 }
 
 
-class _CpTimeout(Exception):
+class _Timeout(Exception):
     pass
 
 
-def _cp_alarm(signum, frame):
-    raise _CpTimeout("time limit exceeded")
+def _alarm(signum, frame):
+    raise _Timeout("time limit exceeded")
 
 
-def _cp_raised(exc: BaseException) -> dict:
-    if isinstance(exc, _CpTimeout):
+def _raised(exc: BaseException) -> dict:
+    if isinstance(exc, _Timeout):
         return {"raise": ["TimeoutError", "time limit exceeded"]}
     try:
         message = str(exc)[:500]
@@ -144,10 +143,10 @@ def _cp_raised(exc: BaseException) -> dict:
     return {"raise": [type(exc).__name__, message]}
 
 
-_CP_ANNOTATIONS = _cp_future.annotations.compiler_flag
+_ANNOTATIONS = __future__.annotations.compiler_flag
 
 
-def _cp_serve(requests: int, replies: int) -> None:
+def serve(requests: int, replies: int) -> None:
     """The candidate's side: executes the source the judge sends, then answers its calls, each
     under its own time limit when the judge sets one."""
     objects: dict = {}
@@ -156,66 +155,75 @@ def _cp_serve(requests: int, replies: int) -> None:
         objects[len(objects) + 1] = value
         return len(objects)
 
-    channel = _CpChannel(requests, replies)
+    channel = Channel(requests, replies)
     message = channel.receive(objects.__getitem__)
-    scope = {"__name__": "__main__", "__builtins__": _cp_builtins}
-    _cp_sys.setrecursionlimit(int(message["recursion_limit"]))
-    _cp_signal.signal(_cp_signal.SIGALRM, _cp_alarm)
+    scope = {"__name__": "__main__", "__builtins__": builtins}
+    sys.setrecursionlimit(int(message["recursion_limit"]))
+    signal.signal(signal.SIGALRM, _alarm)
     try:
         # as the worker compiles a program (worker.py's own `from __future__ import annotations`)
-        code = compile(message["source"], "<candidate>", "exec", flags=_CP_ANNOTATIONS, dont_inherit=True)
+        code = compile(message["source"], "<candidate>", "exec", flags=_ANNOTATIONS, dont_inherit=True)
         exec(code, scope)  # noqa: S102 - in the sandbox
         reply = {"names": sorted(n for n, v in scope.items() if callable(v) and not n.startswith("__"))}
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the judge
-        reply = _cp_raised(exc)
-    _cp_reply(channel, reply, handle_of)
+        reply = _raised(exc)
+    _reply(channel, reply, handle_of)
     while (message := channel.receive(objects.__getitem__)) is not None:
         try:
             target = message["target"]
             fn = scope[target] if isinstance(target, str) else objects[target]
             if message["op"]:
-                fn = (lambda op, obj: lambda *args: op(obj, *args))(_CP_OPS[message["op"]], fn)
+                fn = (lambda op, obj: lambda *args: op(obj, *args))(OPS[message["op"]], fn)
             if message["seconds"]:
-                _cp_signal.setitimer(_cp_signal.ITIMER_REAL, message["seconds"])
+                signal.setitimer(signal.ITIMER_REAL, message["seconds"])
             try:
                 reply = {"value": fn(*message["args"], **message["kwargs"])}
             finally:
-                _cp_signal.setitimer(_cp_signal.ITIMER_REAL, 0)
+                signal.setitimer(signal.ITIMER_REAL, 0)
         except BaseException as exc:  # noqa: BLE001
-            reply = _cp_raised(exc)
-        _cp_reply(channel, reply, handle_of)
+            reply = _raised(exc)
+        _reply(channel, reply, handle_of)
 
 
-def _cp_reply(channel: _CpChannel, reply: dict, handle_of) -> None:
+def _reply(channel: Channel, reply: dict, handle_of) -> None:
     """Sends ``reply`` after the candidate's output; a value pickle refuses midway (nesting
     deeper than the recursion limit) ends this process, its reason on stderr."""
     try:
-        _cp_sys.stdout.flush()
+        sys.stdout.flush()
     except BaseException:  # noqa: BLE001 - the candidate may have closed its stdout
         pass
     try:
         channel.send(reply, handle_of)
     except BaseException as exc:  # noqa: BLE001
-        _cp_os.write(2, f"the candidate's value cannot reach the judge: {_cp_raised(exc)['raise']}\n".encode())
-        _cp_os._exit(1)
+        os.write(2, f"the candidate's value cannot reach the judge: {_raised(exc)['raise']}\n".encode())
+        os._exit(1)
 
 
-_CP_WATCHDOG_FACTOR, _CP_WATCHDOG_SLACK_S = 2.0, 10.0
+WATCHDOG_FACTOR, WATCHDOG_SLACK_S = 2.0, 10.0
 """A timed call's whole reply must arrive within ``2 x seconds + 10 s`` in the judge's own clock,
 even if the answer swallows or blocks its process's alarm; the slack is for moving a large value."""
-_CP_NOT_MIRRORED = (StopIteration, StopAsyncIteration, GeneratorExit)
+_NOT_MIRRORED = (StopIteration, StopAsyncIteration, GeneratorExit)
 """Exceptions that would end a loop of the judge's silently, raised as RuntimeError instead."""
 
 
-def _cp_watchdog(signum, frame):
+def _watchdog(signum, frame):
     raise TimeoutError("time limit exceeded")
+
+
+def _bootstrap(requests: int, replies: int) -> str:
+    """The answer's interpreter's program: this module, imported by its name from the directory
+    the judge imported it from (in the sandbox, the read-only copy), serving the two pipes."""
+    root = os.path.abspath(__file__)
+    for _ in range(__name__.count(".") + 1):
+        root = os.path.dirname(root)
+    return f"import sys\nsys.path.append({root!r})\nfrom {__name__} import serve\nserve({requests}, {replies})\n"
 
 
 class CandidateProcess:
     """The judge's side: starts the candidate's interpreter on ``source``; ``function(name)``
     is the candidate's top-level callable, to be called like the original."""
 
-    def __init__(self, source: str, own_source: str) -> None:
+    def __init__(self, source: str) -> None:
         try:
             import ctypes
 
@@ -225,49 +233,48 @@ class CandidateProcess:
         # Signals the answer can send (same uid): none may run a handler in the judge. SIGINT's
         # KeyboardInterrupt could land in a test's bare `except:`; SIGINT now ends the judge (a
         # wrong verdict). SIGPIPE: a dead answer's pipe raises BrokenPipeError, not a kill.
-        _cp_signal.signal(_cp_signal.SIGINT, _cp_signal.SIG_DFL)
-        _cp_signal.signal(_cp_signal.SIGPIPE, _cp_signal.SIG_IGN)
-        to_candidate, requests = _cp_os.pipe()
-        replies, from_candidate = _cp_os.pipe()
-        bootstrap = f"{own_source}\n_cp_serve({to_candidate}, {from_candidate})\n"
-        self._child = _cp_subprocess.Popen(
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        to_candidate, requests = os.pipe()
+        replies, from_candidate = os.pipe()
+        self._child = subprocess.Popen(
             # the worker's flags: no user site or site, no script directory, and (unlike -I) the
             # environment's PYTHONHASHSEED=0, so sets iterate as in the judge
-            [_cp_sys.executable, *_CP_FLAGS, "-c", bootstrap],
-            stdin=_cp_subprocess.DEVNULL,
+            [sys.executable, *FLAGS, "-c", _bootstrap(to_candidate, from_candidate)],
+            stdin=subprocess.DEVNULL,
             pass_fds=(to_candidate, from_candidate),
             close_fds=True,
         )
-        _cp_os.close(to_candidate)
-        _cp_os.close(from_candidate)
-        self._channel = _CpChannel(replies, requests, _CandidateObject)
-        names = self._exchange({"source": source, "recursion_limit": _cp_sys.getrecursionlimit()})
+        os.close(to_candidate)
+        os.close(from_candidate)
+        self._channel = Channel(replies, requests, CandidateObject)
+        names = self._exchange({"source": source, "recursion_limit": sys.getrecursionlimit()})
         self.names = frozenset(str(n) for n in names)
 
-    def function(self, name: str) -> _CandidateObject:
+    def function(self, name: str) -> CandidateObject:
         """The candidate's ``name``; NameError (as the tests calling it in-process would
         get) when its code defines no such callable."""
         if name not in self.names:
             raise NameError(f"name {name!r} is not defined")
-        return _CandidateObject(self, name)
+        return CandidateObject(self, name)
 
     def call(self, target, args: tuple, kwargs: dict, seconds: float | None = None, op: str | None = None):
-        """``target(*args, **kwargs)`` in the candidate's process (``op``: one of ``_CP_OPS``
+        """``target(*args, **kwargs)`` in the candidate's process (``op``: one of ``OPS``
         on ``target`` instead); ``seconds``: its time limit there (TimeoutError past it, the
-        transfer of its value not counted), kept by the judge too (``_CP_WATCHDOG_*``)."""
+        transfer of its value not counted), kept by the judge too (``WATCHDOG_*``)."""
         message = {"target": target, "args": tuple(args), "kwargs": dict(kwargs), "seconds": seconds, "op": op}
         if not seconds:
             return self._exchange(message)
-        previous = _cp_signal.signal(_cp_signal.SIGALRM, _cp_watchdog)
-        outer, _ = _cp_signal.setitimer(_cp_signal.ITIMER_REAL, _CP_WATCHDOG_FACTOR * seconds + _CP_WATCHDOG_SLACK_S)
-        started = _cp_time.monotonic()
+        previous = signal.signal(signal.SIGALRM, _watchdog)
+        outer, _ = signal.setitimer(signal.ITIMER_REAL, WATCHDOG_FACTOR * seconds + WATCHDOG_SLACK_S)
+        started = time.monotonic()
         try:
             return self._exchange(message)
         finally:
-            _cp_signal.setitimer(_cp_signal.ITIMER_REAL, 0)
-            _cp_signal.signal(_cp_signal.SIGALRM, previous)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
             if outer:  # a caller's own timer, less the time spent here
-                _cp_signal.setitimer(_cp_signal.ITIMER_REAL, max(outer - (_cp_time.monotonic() - started), 1e-3))
+                signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - started), 1e-3))
 
     @staticmethod
     def _refuse(value) -> int:
@@ -281,7 +288,7 @@ class CandidateProcess:
         payload = self._channel.pack(message, self._refuse)  # a value that cannot cross: the process goes on
         try:
             self._channel.write(payload)
-            reply = self._channel.receive(lambda handle: _CandidateObject(self, handle))
+            reply = self._channel.receive(lambda handle: CandidateObject(self, handle))
         except (BrokenPipeError, EOFError):
             reply = None
         except BaseException:
@@ -289,15 +296,15 @@ class CandidateProcess:
             raise
         if reply is None:
             self.close()
-            if self._child.returncode == -_cp_signal.SIGXCPU:
+            if self._child.returncode == -signal.SIGXCPU:
                 raise TimeoutError("cpu time limit")
             raise RuntimeError(f"the candidate's process ended (exit status {self._child.returncode})")
         if not isinstance(reply, dict) or len(reply) != 1:
             raise RuntimeError("the candidate's process sent a malformed reply")
         if "raise" in reply:
             name, text = (str(x) for x in reply["raise"])
-            kind = getattr(_cp_builtins, name, None)
-            if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(kind, _CP_NOT_MIRRORED):
+            kind = getattr(builtins, name, None)
+            if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(kind, _NOT_MIRRORED):
                 raise kind(text)
             raise RuntimeError(f"{name}: {text}")
         return reply["names"] if "names" in reply else reply["value"]
@@ -306,29 +313,3 @@ class CandidateProcess:
         if self._child.returncode is None:
             self._child.kill()
             self._child.wait()
-
-
-# The host's side: not pasted into the judged program ----------------------------------------
-
-
-def module_source() -> str:
-    """The wire's definitions and this module's, as the judged program and the answer's
-    process run them (a ``__future__`` import is legal only at a program's top; the import of
-    the wire is the pasted wire itself)."""
-    from pathlib import Path
-
-    wire = (Path(__file__).parent / "candidate_wire.py").read_text()
-    own = Path(__file__).read_text()
-    own = own[: own.index("\n# The host's side")]
-    start = own.index("from populora_core.evaluation.candidate_wire import (")
-    own = own[:start] + own[own.index(")\n", start) + 2 :]
-    return f"{wire}\n{own}".replace("from __future__ import annotations\n", "")
-
-
-def program_prelude(candidate_source: str) -> str:
-    """The judged program's start: this module's definitions, then ``_candidate``, the
-    candidate's process running ``candidate_source`` (the tests follow)."""
-    return (
-        f"_cp_own_source = {module_source()!r}\nexec(_cp_own_source)\n"
-        f"_candidate = CandidateProcess({candidate_source!r}, _cp_own_source)\n"
-    )

@@ -1,24 +1,22 @@
-"""The wire between a judged program and its answer's process (`candidate_process.py`):
-what crosses, and how.
+"""The wire between a judged program and its answer's process (`candidate.py`): what
+crosses, and how.
 
-Standard library only: `candidate_process.module_source()` pastes this module's definitions
-before its own into the judged program and the answer's process. Messages are pickles
-(protocol 5, streamed in 64 KiB frames), each followed by a line counting its tagged tuples.
-``_CpUnpickler`` builds only builtin values: a message naming any other class or function is
-refused. What is no builtin value crosses as a tagged tuple (``_CP_TAGS``) that
-``_cp_resolve`` rebuilds from checked parts: a handle to a value that stayed behind, a
-Fraction, a Decimal. A subclass crosses as its base type (``_cp_plain``).
+Messages are pickles (protocol 5, streamed in 64 KiB frames), each followed by a line
+counting its tagged tuples. ``Unpickler`` builds only builtin values: a message naming any
+other class or function is refused. What is no builtin value crosses as a tagged tuple
+(``TAGS``) that ``resolve`` rebuilds from checked parts: a handle to a value that stayed
+behind, a Fraction, a Decimal. A subclass crosses as its base type (``plain``).
 """
 
 from __future__ import annotations
 
-import builtins as _cp_builtins
-import decimal as _cp_decimal
-import fractions as _cp_fractions
-import io as _cp_io
-import pickle as _cp_pickle
+import builtins
+import decimal
+import fractions
+import io
+import pickle
 
-_CP_TYPES = (
+TYPES = (
     "list",
     "tuple",
     "dict",
@@ -33,16 +31,16 @@ _CP_TYPES = (
     "range",
     "slice",
 )
-_CP_HANDLE, _CP_FRACTION, _CP_DECIMAL = "\x00candidate-object", "\x00fraction", "\x00decimal"
-_CP_TAGS = (_CP_HANDLE, _CP_FRACTION, _CP_DECIMAL)
-"""Tagged tuples for what crosses but is no builtin (rebuilt by ``_cp_resolve``, which checks
+HANDLE, FRACTION, DECIMAL = "\x00candidate-object", "\x00fraction", "\x00decimal"
+TAGS = (HANDLE, FRACTION, DECIMAL)
+"""Tagged tuples for what crosses but is no builtin (rebuilt by ``resolve``, which checks
 their parts): a handle, a Fraction (two ints), a Decimal (its text)."""
 
 
-def _cp_plain(obj, handle_of, handle_type):
+def plain(obj, handle_of, handle_type):
     """How ``obj`` crosses (a pickle reduction), or NotImplemented for what pickle's C code
     writes itself (exact builtin values); a subclass as its base type, anything else as
-    ``(_CP_HANDLE, n)`` with ``n = handle_of(obj)``."""
+    ``(HANDLE, n)`` with ``n = handle_of(obj)``."""
     kind = type(obj)
     if kind is complex:
         return complex, (obj.real, obj.imag)
@@ -50,16 +48,16 @@ def _cp_plain(obj, handle_of, handle_type):
         return range, (obj.start, obj.stop, obj.step)
     if kind is slice:
         return slice, (obj.start, obj.stop, obj.step)
-    if isinstance(obj, _cp_fractions.Fraction):
-        return tuple, ((_CP_FRACTION, int(obj.numerator), int(obj.denominator)),)
-    if isinstance(obj, _cp_decimal.Decimal):
-        return tuple, ((_CP_DECIMAL, _cp_decimal.Decimal.__str__(obj)),)
+    if isinstance(obj, fractions.Fraction):
+        return tuple, ((FRACTION, int(obj.numerator), int(obj.denominator)),)
+    if isinstance(obj, decimal.Decimal):
+        return tuple, ((DECIMAL, decimal.Decimal.__str__(obj)),)
     if obj is None or kind in (bool, int, float, str, bytes, bytearray, list, tuple, dict, set, frozenset):
         return NotImplemented
-    if kind is type and obj.__name__ in _CP_TYPES and getattr(_cp_builtins, obj.__name__) is obj:
+    if kind is type and obj.__name__ in TYPES and getattr(builtins, obj.__name__) is obj:
         return NotImplemented  # a reduction's own callable: pickled by name
     if handle_type is not None and isinstance(obj, handle_type):
-        return tuple, ((_CP_HANDLE, obj._handle),)
+        return tuple, ((HANDLE, obj._handle),)
     for base, value in (
         (dict, lambda: list(dict.items(obj))),
         (list, lambda: list.copy(obj)),
@@ -75,53 +73,55 @@ def _cp_plain(obj, handle_of, handle_type):
     ):
         if isinstance(obj, base):
             return base, (value(),)
-    return tuple, ((_CP_HANDLE, handle_of(obj)),)
+    return tuple, ((HANDLE, handle_of(obj)),)
 
 
-class _CpPickler(_cp_pickle.Pickler):
+class Pickler(pickle.Pickler):
+    """Writes a message as it crosses (``plain``), counting its tagged tuples (``handles``)."""
+
     def __init__(self, file, handle_of, handle_type=None) -> None:
         super().__init__(file, protocol=5)
         self.handle_of, self.handle_type, self.handles = handle_of, handle_type, 0
 
     def reducer_override(self, obj):
-        reduced = _cp_plain(obj, self.handle_of, self.handle_type)
+        reduced = plain(obj, self.handle_of, self.handle_type)
         if reduced is not NotImplemented and reduced[0] is tuple and type(reduced[1][0]) is tuple:
             self.handles += 1  # a tagged tuple: the receiver resolves the message
         return reduced
 
 
-class _CpUnpickler(_cp_pickle.Unpickler):
+class Unpickler(pickle.Unpickler):
     """Builds only builtin values: any other class or function a message names is refused."""
 
     def find_class(self, module, name):
-        if module == "builtins" and name in _CP_TYPES:
-            return getattr(_cp_builtins, name)
-        raise _cp_pickle.UnpicklingError(f"a message may not name {module}.{name}")
+        if module == "builtins" and name in TYPES:
+            return getattr(builtins, name)
+        raise pickle.UnpicklingError(f"a message may not name {module}.{name}")
 
 
-def _cp_resolve(value, object_of):
-    """``value`` with every tagged tuple rebuilt (``_CP_TAGS``): ``(_CP_HANDLE, n)`` as
+def resolve(value, object_of):
+    """``value`` with every tagged tuple rebuilt (``TAGS``): ``(HANDLE, n)`` as
     ``object_of(n)``, the numbers from their checked parts."""
     kind = type(value)
     if kind is tuple:
         tag = value[0] if value and type(value[0]) is str else None
-        if tag == _CP_HANDLE and len(value) == 2 and type(value[1]) is int:
+        if tag == HANDLE and len(value) == 2 and type(value[1]) is int:
             return object_of(value[1])
-        if tag == _CP_FRACTION and len(value) == 3 and type(value[1]) is int and type(value[2]) is int:
-            return _cp_fractions.Fraction(value[1], value[2])
-        if tag == _CP_DECIMAL and len(value) == 2 and type(value[1]) is str:
-            return _cp_decimal.Decimal(value[1])
-        return tuple(_cp_resolve(v, object_of) for v in value)
+        if tag == FRACTION and len(value) == 3 and type(value[1]) is int and type(value[2]) is int:
+            return fractions.Fraction(value[1], value[2])
+        if tag == DECIMAL and len(value) == 2 and type(value[1]) is str:
+            return decimal.Decimal(value[1])
+        return tuple(resolve(v, object_of) for v in value)
     if kind is list:
-        return [_cp_resolve(v, object_of) for v in value]
+        return [resolve(v, object_of) for v in value]
     if kind is dict:
-        return {_cp_resolve(k, object_of): _cp_resolve(v, object_of) for k, v in value.items()}
+        return {resolve(k, object_of): resolve(v, object_of) for k, v in value.items()}
     if kind in (set, frozenset):
-        return kind(_cp_resolve(v, object_of) for v in value)
+        return kind(resolve(v, object_of) for v in value)
     return value
 
 
-class _CpChannel:
+class Channel:
     """One end of the pipes: messages are pickles (streamed, in 64 KiB frames), each followed by
     a line counting the handles in it."""
 
@@ -132,7 +132,7 @@ class _CpChannel:
 
     def send(self, message: dict, handle_of) -> None:
         """Streams ``message`` (the candidate's replies, which may be large)."""
-        pickler = _CpPickler(self.writer, handle_of, self.handle_type)
+        pickler = Pickler(self.writer, handle_of, self.handle_type)
         pickler.dump(message)
         self.writer.write(b"%d\n" % pickler.handles)
         self.writer.flush()
@@ -140,8 +140,8 @@ class _CpChannel:
     def pack(self, message: dict, handle_of) -> bytes:
         """``message`` as ``send`` writes it, made in memory: what cannot cross raises before
         anything is written (the judge's calls)."""
-        buffer = _cp_io.BytesIO()
-        pickler = _CpPickler(buffer, handle_of, self.handle_type)
+        buffer = io.BytesIO()
+        pickler = Pickler(buffer, handle_of, self.handle_type)
         pickler.dump(message)
         buffer.write(b"%d\n" % pickler.handles)
         return buffer.getvalue()
@@ -153,10 +153,10 @@ class _CpChannel:
     def receive(self, object_of):
         """The next message (None at end of file), its handles resolved by ``object_of``."""
         try:
-            message = _CpUnpickler(self.reader).load()
+            message = Unpickler(self.reader).load()
         except EOFError:
             return None
         handles = self.reader.readline()
         if not handles.endswith(b"\n"):
             return None
-        return _cp_resolve(message, object_of) if int(handles) else message
+        return resolve(message, object_of) if int(handles) else message
