@@ -13,15 +13,14 @@ heartbeats stop (``flows.automations``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from prefect import flow
 from prefect.runtime import flow_run
 
 from flows.generation import generation_flow, lock_holder
-from populora_core.config import DEFAULT_PRESET, ConfigError, load_config
-from populora_core.run import RunDir, create_run, default_runs_dir, open_run
+from populora_core.config import DEFAULT_PRESET, ConfigError
+from populora_core.run import RunDir, default_runs_dir, find_run, new_run
 from tasks.orphans import crash_orphans
 from tasks.stages import check_intact, recompute_artifact
 from tasks.tracking import sync_tracking
@@ -65,15 +64,14 @@ def train_flow(
     for a new run or from now on for an existing one.
     """
     root = Path(runs_dir) if runs_dir else default_runs_dir()
-    existing = bool(run_id and (RunDir(run_id).exists() or (root / run_id).exists()))
-    if existing:
-        run = open_run(run_id, root)
-    elif preset is None and config_path is None:  # the `resume` deployment: never a new run
-        raise ConfigError(f"no run {run_id!r} to resume in {root}; give run_id (a run id or directory)")
-    else:
-        sets = [f"cluster.{key}={json.dumps(value)}" for key, value in (cluster or {}).items()]
-        config = load_config(config_path, preset=preset, overrides=[*(overrides or ()), *sets])
-        run = create_run(root, config, run_id=run_id, preset=preset)
+    run = find_run(run_id, root) if run_id else None
+    existing = run is not None
+    if not existing:
+        if preset is None and config_path is None:  # the `resume` deployment: never a new run
+            raise ConfigError(f"no run {run_id!r} to resume in {root}; give run_id (a run id or directory)")
+        run = new_run(
+            root, preset=preset, config_path=config_path, overrides=overrides or (), cluster=cluster, run_id=run_id
+        )
         print(f"created run {run.root}")
     with run.lock(lock_holder()):
         _rename(run)
