@@ -51,6 +51,7 @@ from populora_core.rundir.artifacts import (
 )
 from populora_core.rundir.layout import RunLayout
 from populora_core.rundir.storage import remove_stale_builds, require_snapshot
+from populora_core.seams import ARTIFACT_WRITE, seam
 
 RUNS_DIR_ENV = "POPULORA_RUNS"
 ATTEMPT_ENV = "POPULORA_ATTEMPT"
@@ -164,6 +165,7 @@ class RunDir(RunLayout):
 
     def write(self, generation: int, name: str, frame: pd.DataFrame) -> Path:
         """Writes artifact ``name`` of ``generation`` atomically, stamped with the run id."""
+        frame = seam(ARTIFACT_WRITE, frame, run=self, generation=generation, name=name)
         return write_artifact(frame, self.gen(generation), name, run_id=self.run_id, generation=generation)
 
     def members_frame(self, generation: int) -> pd.DataFrame:
