@@ -1,14 +1,15 @@
 """A training run: generation flows (as subflows) until the target generation count.
 
-Started with a preset or a YAML config it creates the run directory; given an
-existing run it continues from the first incomplete generation (that generation
-itself resumes at its first incomplete stage). `populora train`, `populora resume`
-and the `train` and `resume` deployments all run this one flow (`populora-train`),
+Started with a preset or a YAML config (the `train` deployment) it creates the run
+directory (``run.new_run``, as `populora train` does before it starts the flow on the new
+run); given an existing run it continues from the first incomplete generation (that
+generation itself resumes at its first incomplete stage). `populora train`, `populora
+resume` and the `train` and `resume` deployments all run this one flow (`populora-train`),
 its flow run named after the run; each generation is a subflow run named
-`<run_id>/gen_NNNN`. It takes the run's lock (the one place on this path that does) and
-first sets what a dead process left Running in the Prefect UI to Crashed
-(``tasks.orphans``); until then the server's automation does, once the dead runs'
-heartbeats stop (``flows.automations``).
+`<run_id>/gen_NNNN`. It holds the run's lock while it trains (`populora resume --cluster`
+takes it only a moment before, to write the placement) and first sets what a dead process
+left Running in the Prefect UI to Crashed (``tasks.orphans``); until then the server's
+automation does, once the dead runs' heartbeats stop (``flows.automations``).
 """
 
 from __future__ import annotations

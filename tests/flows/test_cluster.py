@@ -234,7 +234,7 @@ def test_cli_cluster_flags_become_the_config():
     parse = build_parser().parse_args
     cases = {
         ("train",): ("local", ""),
-        ("train", "--address", "10.0.0.5:6379"): ("ray", "10.0.0.5:6379"),  # a string, never YAML's sexagesimal
+        ("train", "--address", "10.0.0.5:6379"): ("ray", "10.0.0.5:6379"),  # a string, not YAML's sexagesimal
         ("train", "--cluster", "ray"): ("ray", ""),
         ("train", "--cluster", "ray", "--address", "ray://head:10001"): ("ray", "ray://head:10001"),
     }
