@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from cli.common import error, generations_table, runs_dir, user_errors
 
@@ -13,7 +12,6 @@ def run_training(
     run,
     generations: int | None,
     recompute: list[str] | None = None,
-    cluster: dict | None = None,
     *,
     checked: bool = False,
     verbose: bool = False,
@@ -23,24 +21,22 @@ def run_training(
     SIGKILL is recorded and explained), which takes the run's lock, or with ``foreground`` in
     this process (so `python -m pdb` or a ``breakpoint()`` in a stage is reached); a run another
     process works on, or one whose memory plan does not fit (unless ``checked`` already), fails
-    here first, in one line, before any flow starts."""
+    here first, in one line, before any flow starts. The run's config.yaml already says where
+    it runs (``--cluster``, ``--address``)."""
     from cli.supervise import supervise
 
     try:
         run.check_free()
         if not checked:
-            config = run.config()
-            if cluster:  # resume's --cluster/--address: the placement this process will use
-                config = config.model_copy(update={"cluster": config.cluster.model_copy(update=cluster)})
-            check_fits(console, config)
-        warn_cpu_memory(console, run, cluster)
+            check_fits(console, run.config())
+        warn_cpu_memory(console, run)
         warn_disk(console, run)
     except user_errors() as exc:
         return error(console, exc)
     if (end := run.last_attempt(run.next_generation())) is not None:
         console.print(f"generation {run.next_generation()}: {end.describe()}", soft_wrap=True)
     console.print(f"run directory: [bold]{run.root}[/bold]")
-    call = {"run": str(run.root), "generations": generations, "recompute": recompute, "cluster": cluster}
+    call = {"run": str(run.root.resolve()), "generations": generations, "recompute": recompute}
     status = supervise(console, run, call | {"verbose": verbose, "foreground": foreground})
     if status != 0:
         return status
@@ -72,7 +68,7 @@ def warn_disk(console, run) -> None:
         console.print(f"[yellow]{line}", soft_wrap=True)
 
 
-def warn_cpu_memory(console, run, cluster: dict | None = None) -> None:
+def warn_cpu_memory(console, run) -> None:
     """Warns, before the run starts, when an update on this machine's CPU could outgrow its
     memory (or its cgroup's limit) at the longest sequences the config allows."""
     from populora_core.engine.memory import GIB, cpu_memory_warning
@@ -81,8 +77,7 @@ def warn_cpu_memory(console, run, cluster: dict | None = None) -> None:
     from populora_core.rundir.attempts import machine_memory
 
     config = run.config()
-    engine = (cluster or {}).get("engine") or config.cluster.engine
-    if config.model.device != "cpu" or engine != "local":
+    if config.model.device != "cpu" or config.cluster.engine != "local":
         return
     total, limit = machine_memory()
     shape, dtype = shape_at(config, run.model_path), resolve_dtype(config.model.dtype, "cpu")
@@ -142,25 +137,24 @@ def cluster_settings(args: argparse.Namespace) -> dict:
     return settings
 
 
-def cluster_overrides(args: argparse.Namespace) -> list[str]:
-    """``cluster_settings`` as `key=value` overrides (values quoted: YAML would read host:port)."""
-    return [f"cluster.{key}={json.dumps(value)}" for key, value in cluster_settings(args).items()]
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from populora_core.config import DEFAULT_PRESET, load_config
-    from populora_core.run import create_run
+    from populora_core.config import DEFAULT_PRESET
+    from populora_core.run import new_run
 
     console = Console()
     preset = args.preset if args.preset or args.config else DEFAULT_PRESET
     try:
-        overrides = [*args.set, *([f"generations={args.generations}"] if args.generations else [])]
-        overrides += cluster_overrides(args)
-        config = load_config(args.config, preset=preset, overrides=overrides)
-        check_fits(console, config)  # before a run directory exists for a config that cannot start
-        run = create_run(runs_dir(args), config, run_id=args.run_id, preset=preset)
+        run = new_run(
+            runs_dir(args),
+            preset=preset,
+            config_path=args.config,
+            overrides=[*args.set, *([f"generations={args.generations}"] if args.generations else [])],
+            cluster=cluster_settings(args),
+            run_id=args.run_id,
+            check=lambda config: check_fits(console, config),  # before a run directory exists for one that cannot start
+        )
     except user_errors() as exc:
         return error(console, exc)
     return run_training(console, run, args.generations, checked=True, verbose=args.verbose, foreground=args.foreground)
@@ -175,9 +169,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     console = Console()
     try:
         run = open_run(args.run, runs_dir(args))
-        settings = cluster_settings(args)  # placement only; the flow sets it under the run's lock
         run.config()
         check_intact(run, args.recompute)  # here too: in the flow it would come with Prefect's traceback
+        if settings := cluster_settings(args):  # placement only: into config.yaml, under the run's lock
+            with run.lock(f"populora resume {run.root}"):
+                run.set_cluster(settings, check=lambda config: check_fits(console, config))
     except user_errors() as exc:
         return error(console, exc)
     return run_training(
@@ -185,7 +181,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         run,
         args.generations,
         recompute=args.recompute,
-        cluster=settings,
+        checked=bool(settings),
         verbose=args.verbose,
         foreground=args.foreground,
     )

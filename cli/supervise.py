@@ -250,27 +250,22 @@ def _die_like(sig: int) -> None:
 
 
 def train_here(call: dict) -> int:
-    """The train flow on ``call["run"]`` in this process: what the child runs. Errors a user can
-    cause, and a full disk, print one line and give exit status 2."""
+    """The train flow on the run directory ``call["run"]`` in this process: what the child runs
+    (the flow opens the run). Errors a user can cause, and a full disk, print one line and give
+    exit status 2."""
     from rich.console import Console
 
     from flows.automations import heartbeats
     from flows.train import train_flow
 
     console = Console()
-    root = Path(call["run"])
     try:
         with heartbeats():
-            train_flow(
-                run_id=str(root.resolve()),
-                generations=call.get("generations"),
-                recompute=call.get("recompute"),
-                cluster=call.get("cluster") or None,
-            )
+            train_flow(run_id=call["run"], generations=call.get("generations"), recompute=call.get("recompute"))
     except user_errors() as exc:
         return error(console, exc)
     except Exception as exc:
-        if (full := as_disk_full(exc, root)) is None:
+        if (full := as_disk_full(exc, Path(call["run"]))) is None:
             raise
         return error(console, full)
     return 0

@@ -1,27 +1,27 @@
 """A training run: generation flows (as subflows) until the target generation count.
 
-Started with a preset or a YAML config it creates the run directory; given an
-existing run it continues from the first incomplete generation (that generation
-itself resumes at its first incomplete stage). `populora train`, `populora resume`
-and the `train` and `resume` deployments all run this one flow (`populora-train`),
+Started with a preset or a YAML config (the `train` deployment) it creates the run
+directory (``run.new_run``, as `populora train` does before it starts the flow on the new
+run); given an existing run it continues from the first incomplete generation (that
+generation itself resumes at its first incomplete stage). `populora train`, `populora
+resume` and the `train` and `resume` deployments all run this one flow (`populora-train`),
 its flow run named after the run; each generation is a subflow run named
-`<run_id>/gen_NNNN`. It takes the run's lock (the one place on this path that does) and
-first sets what a dead process left Running in the Prefect UI to Crashed
-(``tasks.orphans``); until then the server's automation does, once the dead runs'
-heartbeats stop (``flows.automations``).
+`<run_id>/gen_NNNN`. It holds the run's lock while it trains (`populora resume --cluster`
+takes it only a moment before, to write the placement) and first sets what a dead process
+left Running in the Prefect UI to Crashed (``tasks.orphans``); until then the server's
+automation does, once the dead runs' heartbeats stop (``flows.automations``).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from prefect import flow
 from prefect.runtime import flow_run
 
 from flows.generation import generation_flow, lock_holder
-from populora_core.config import DEFAULT_PRESET, ConfigError, load_config
-from populora_core.run import RunDir, create_run, default_runs_dir, open_run
+from populora_core.config import DEFAULT_PRESET, ConfigError
+from populora_core.run import RunDir, default_runs_dir, find_run, new_run
 from tasks.orphans import crash_orphans
 from tasks.stages import check_intact, recompute_artifact
 from tasks.tracking import sync_tracking
@@ -65,15 +65,14 @@ def train_flow(
     for a new run or from now on for an existing one.
     """
     root = Path(runs_dir) if runs_dir else default_runs_dir()
-    existing = bool(run_id and (RunDir(run_id).exists() or (root / run_id).exists()))
-    if existing:
-        run = open_run(run_id, root)
-    elif preset is None and config_path is None:  # the `resume` deployment: never a new run
-        raise ConfigError(f"no run {run_id!r} to resume in {root}; give run_id (a run id or directory)")
-    else:
-        sets = [f"cluster.{key}={json.dumps(value)}" for key, value in (cluster or {}).items()]
-        config = load_config(config_path, preset=preset, overrides=[*(overrides or ()), *sets])
-        run = create_run(root, config, run_id=run_id, preset=preset)
+    run = find_run(run_id, root) if run_id else None
+    existing = run is not None
+    if not existing:
+        if preset is None and config_path is None:  # the `resume` deployment: never a new run
+            raise ConfigError(f"no run {run_id!r} to resume in {root}; give run_id (a run id or directory)")
+        run = new_run(
+            root, preset=preset, config_path=config_path, overrides=overrides or (), cluster=cluster, run_id=run_id
+        )
         print(f"created run {run.root}")
     with run.lock(lock_holder()):
         _rename(run)

@@ -15,13 +15,20 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from populora_core.config import ConfigError, RunConfig, config_to_yaml, load_run_config, validate_config
+from populora_core.config import (
+    ConfigError,
+    RunConfig,
+    config_to_yaml,
+    load_config,
+    load_run_config,
+    validate_config,
+)
 from populora_core.population.adapters import (
     POPULATION_TABLE,
     Member,
@@ -44,6 +51,7 @@ from populora_core.rundir.artifacts import (
 )
 from populora_core.rundir.layout import RunLayout
 from populora_core.rundir.storage import remove_stale_builds, require_snapshot
+from populora_core.seams import ARTIFACT_WRITE, seam
 
 RUNS_DIR_ENV = "POPULORA_RUNS"
 ATTEMPT_ENV = "POPULORA_ATTEMPT"
@@ -99,14 +107,19 @@ class RunDir(RunLayout):
         """The run's configuration (parsed once per process while config.yaml is unchanged)."""
         return _parse_config(str(self.config_file), self.config_file.stat().st_mtime_ns)
 
-    def set_cluster(self, settings: dict) -> RunConfig:
+    def set_cluster(
+        self, settings: Mapping[str, object], check: Callable[[RunConfig], object] | None = None
+    ) -> RunConfig:
         """Changes where the run's next stages execute: ``settings`` (e.g. ``{"engine": "ray",
         "address": "auto"}``) merged into ``cluster:`` of config.yaml, validated with the rest,
-        written in place. Placement only: a generation writes the same on either engine. Call
-        it holding the run's lock (a running process re-reads config.yaml when it changes)."""
+        shown to ``check`` (which raises to refuse it) and written in place. Placement only: a
+        generation writes the same on either engine. Call it holding the run's lock (a running
+        process re-reads config.yaml when it changes)."""
         data = self.config().model_dump(mode="json")
         data["cluster"] = {**data["cluster"], **settings}
-        config = validate_config(data, f"cluster settings {settings}")
+        config = validate_config(data, f"cluster settings {dict(settings)}")
+        if check is not None:
+            check(config)
         write_text_atomic(config_to_yaml(config), self.config_file)
         return config
 
@@ -152,6 +165,7 @@ class RunDir(RunLayout):
 
     def write(self, generation: int, name: str, frame: pd.DataFrame) -> Path:
         """Writes artifact ``name`` of ``generation`` atomically, stamped with the run id."""
+        frame = seam(ARTIFACT_WRITE, frame, run=self, generation=generation, name=name)
         return write_artifact(frame, self.gen(generation), name, run_id=self.run_id, generation=generation)
 
     def members_frame(self, generation: int) -> pd.DataFrame:
@@ -285,15 +299,39 @@ def create_run(
     return build_run(final, config, info, fill)
 
 
+def new_run(
+    runs_dir: Path,
+    *,
+    preset: str | None = None,
+    config_path: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    cluster: Mapping[str, object] | None = None,
+    run_id: str | None = None,
+    check: Callable[[RunConfig], object] | None = None,
+) -> RunDir:
+    """A new run from what a person gives (`populora train`, the ``train`` deployment): its
+    configuration from ``preset``, the YAML file ``config_path``, the ``overrides`` and the
+    placement ``cluster`` (``load_config``), shown to ``check`` (which raises to refuse it)
+    before anything is written, then ``create_run``."""
+    config = load_config(config_path, preset=preset, overrides=overrides, cluster=cluster)
+    if check is not None:
+        check(config)
+    return create_run(runs_dir, config, run_id=run_id, preset=preset)
+
+
+def find_run(path: str | Path, runs_dir: Path | None = None) -> RunDir | None:
+    """A run by path, or by id under ``runs_dir``; None where there is none."""
+    candidates = [Path(path)] + ([Path(runs_dir) / str(path)] if runs_dir is not None else [])
+    return next((RunDir(p) for p in candidates if RunDir(p).exists()), None)
+
+
 def open_run(path: str | Path, runs_dir: Path | None = None) -> RunDir:
-    """A run by path, or by id under ``runs_dir``."""
-    candidates = [Path(path)]
-    if runs_dir is not None:
-        candidates.append(Path(runs_dir) / str(path))
-    for p in candidates:
-        if RunDir(p).exists():
-            return RunDir(p)
-    raise ConfigError(f"no run at {path} (a run directory holds run.json and config.yaml; `populora runs` lists them)")
+    """A run by path, or by id under ``runs_dir``; ConfigError where there is none."""
+    if (run := find_run(path, runs_dir)) is None:
+        raise ConfigError(
+            f"no run at {path} (a run directory holds run.json and config.yaml; `populora runs` lists them)"
+        )
+    return run
 
 
 def list_runs(runs_dir: Path) -> list[RunDir]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from populora_core.run import RunDir
 from populora_core.rundir.artifacts import SUCCESS
 from populora_core.rundir.diskfull import is_disk_full, raise_if_disk_full
+from populora_core.seams import TENSORBOARD_WRITE, TRACKING_SYNC, seam
 
 STATE = "tracking"
 """The key of ``run.json`` holding the tracking runs' ids."""
@@ -68,6 +69,7 @@ def sync(run: RunDir) -> dict:
 
     Returns ``{"logged": {backend: [generations logged now]}, "warnings": [one line per
     backend that failed]}``."""
+    seam(TRACKING_SYNC, run)
     backends = run.config().tracking.backends
     done = run.complete_generations()
     cache: dict[int, dict[str, float]] = {}
@@ -140,6 +142,7 @@ def _sync_tensorboard(run: RunDir, done: list[int], figures_of: Figures) -> list
     todo = [g for g in done if g > mark]
     if not todo:
         return []
+    seam(TENSORBOARD_WRITE, run)
     seen: set[tuple[str, int]] = set()
     for path, (_, last) in ours.items():
         if last > mark:  # written by a process that died before recording it

@@ -241,3 +241,39 @@ def test_a_persons_signal_between_two_training_processes_ends_the_wait_and_ctrl_
     run = create_run(tmp_path, load_config(None, preset="cpu-tiny"), run_id="waiting", preset="cpu-tiny")
     assert _stopped_waiting(Console(), run, signal.SIGINT) == 130 and run.stopped_by_person()["how"] == "Ctrl-C"
     assert _stopped_waiting(Console(), run, signal.SIGTERM) == 143
+
+
+def test_resume_writes_the_placement_once_before_the_training_process_starts(tmp_path, monkeypatch):
+    """`populora resume --address`: the settings go into the run's config.yaml (under its lock)
+    before the training starts, which is then given the run and nothing about the cluster; a
+    run another process holds is refused, its config unchanged."""
+    import cli.run
+    from cli.main import build_parser
+    from populora_core.config import load_config
+    from populora_core.run import create_run
+
+    run = create_run(tmp_path, load_config(None, preset="cpu-tiny"), run_id="placed", preset="cpu-tiny")
+    calls = []
+
+    def resume(argv: list[str]) -> int:  # in this process (no `configure`: its settings would outlive the test)
+        return cli.run.cmd_resume(build_parser().parse_args(argv))
+
+    monkeypatch.setattr(cli.run, "run_training", lambda console, run, *args, **kw: calls.append((run, args, kw)) or 0)
+    assert resume(["resume", "placed", "--runs-dir", str(tmp_path), "--address", "auto", "--generations", "3"]) == 0
+    assert (run.config().cluster.engine, run.config().cluster.address) == ("ray", "auto")
+    [(given, args, kw)] = calls
+    assert given.root == run.root and args == (3,) and kw["checked"] and "cluster" not in kw
+    assert resume(["resume", "placed", "--runs-dir", str(tmp_path)]) == 0 and not calls[1][2]["checked"]
+    holding = (
+        "import sys; from populora_core.rundir.lock import hold\n"
+        "with hold(sys.argv[1]):\n print('held', flush=True); sys.stdin.read()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", holding, str(run.root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert resume(["resume", "placed", "--runs-dir", str(tmp_path), "--cluster", "local"]) == 2
+    finally:
+        holder.communicate("", timeout=30)
+    assert run.config().cluster.engine == "ray" and len(calls) == 2

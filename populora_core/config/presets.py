@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -155,9 +155,14 @@ def _describe(error: ValidationError) -> str:
 
 
 def load_config(
-    path: str | Path | None = None, *, preset: str | None = None, overrides: Sequence[str] = ()
+    path: str | Path | None = None,
+    *,
+    preset: str | None = None,
+    overrides: Sequence[str] = (),
+    cluster: Mapping[str, object] | None = None,
 ) -> RunConfig:
-    """The run configuration from a preset, then a YAML file, then `key=value` overrides.
+    """The run configuration from a preset, then a YAML file, then `key=value` overrides, then
+    ``cluster``: settings of ``cluster:`` (where the heavy stages run, e.g. ``{"engine": "ray"}``).
 
     Raises ConfigError naming every bad field.
     """
@@ -181,6 +186,8 @@ def load_config(
         data = _merge(data, loaded)
     for text in overrides:
         data = _merge(data, parse_override(text))
+    if cluster:
+        data = _merge(data, {"cluster": dict(cluster)})
     return validate_config(data, f"{path}" if path is not None else None)
 
 

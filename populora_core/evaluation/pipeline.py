@@ -52,6 +52,7 @@ from populora_core.evaluation.tables import (
 from populora_core.inference.base import BASE
 from populora_core.run import RunDir
 from populora_core.rundir.artifacts import read_parquet, write_parquet_atomic, write_text_atomic
+from populora_core.seams import EVAL_PART, seam
 
 CHUNK_REQUESTS = 256
 """Completions per checkpoint of a benchmark's evaluation: ``chunk_items`` gives each chunk
@@ -141,6 +142,7 @@ def evaluate_benchmark(
         frames.append(judged)
     frames = frames or [pd.DataFrame(columns=RESULT_COLUMNS)]
     results = _adapter_by_adapter(pd.concat(frames, ignore_index=True))
+    seam(EVAL_PART, path)
     write_parquet_atomic(results, path)
     shutil.rmtree(chunks, ignore_errors=True)
     return {"path": str(path), "rows": len(results), "cached": False}

@@ -35,6 +35,7 @@ from populora_core.models import portable_base_model
 from populora_core.population.lora import LoraAdapter, LoraFactors
 from populora_core.rundir.artifacts import write_artifact, write_dir_atomic, write_file_atomic, write_text_atomic
 from populora_core.rundir.links import link_tree
+from populora_core.seams import SNAPSHOT_LINK, seam
 from populora_core.seeding import torch_generator
 
 Role = Literal["teacher", "student"]
@@ -282,6 +283,7 @@ def save_population(
             source = Path(link_from) / m.adapter_id if link_from is not None else None
             if source is not None and (source / ADAPTER_WEIGHTS).is_file():
                 tmp.joinpath(m.adapter_id).mkdir()
+                seam(SNAPSHOT_LINK, tmp / m.adapter_id)
                 for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS, OPTIMIZER_STATE):
                     if (source / name).is_file():
                         link_tree(source / name, tmp / m.adapter_id / name)

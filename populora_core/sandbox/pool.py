@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from populora_core.config import SandboxConfig
 from populora_core.sandbox.backends import SandboxBackend, SandboxUnavailable, WorkerProcess, get_backend
 from populora_core.sandbox.protocol import Job, Result, decode_result, encode_job
+from populora_core.seams import SANDBOX_BATCH, seam
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ class SandboxPool:
 
     def run(self, jobs: Sequence[Job]) -> list[Result]:
         """Runs ``jobs``; returns one Result per job, in the same order."""
+        jobs = seam(SANDBOX_BATCH, jobs)
         if not self._slots:
             raise RuntimeError("SandboxPool.run called outside `with SandboxPool(...)` (or before start())")
         batch = self._new_batch(jobs)

@@ -31,6 +31,7 @@ from populora_core.rewards import solve_rate, student_reward, teacher_reward
 from populora_core.rundir import attempts
 from populora_core.rundir.artifacts import columns, remove_partials, write_dir_atomic, write_text_atomic
 from populora_core.rundir.links import link_dir_atomic
+from populora_core.seams import UPDATE_OPTIMIZER, UPDATE_TRAIN, UPDATE_WEIGHTS, seam
 from populora_core.seeding import derive_seed
 from populora_core.training.grpo import advantage_groups, compute_advantages
 from populora_core.training.rollouts import Rollout
@@ -182,6 +183,7 @@ def train_one(trainer: Trainer, job: UpdateJob) -> dict:
     from populora_core.engine.cluster import node_name
 
     attempts.note("adapter", job.row["adapter_id"])  # which adapter, should this process be killed
+    job = seam(UPDATE_TRAIN, job)
     before, state = load_adapter(job.source), load_optimizer_state(job.source)
     adapter, metrics, state = trainer.update(before, list(job.batch), job.grpo, state, seed=job.seed)
     row = dict(
@@ -269,7 +271,9 @@ def save_updated(target: Path, adapter: LoraAdapter, state: dict | None, row: di
     """Adapter, optimizer state and metrics.json (the adapter's "done" mark) as one directory."""
 
     def fill(tmp: Path) -> None:
+        seam(UPDATE_WEIGHTS, tmp, target=target)
         save_adapter(adapter, tmp, base_model)
+        seam(UPDATE_OPTIMIZER, tmp, target=target)
         if state:
             save_optimizer_state(tmp, state)
         write_text_atomic(json.dumps(row), tmp / "metrics.json")

@@ -34,6 +34,7 @@ from populora_core.problems import (
 )
 from populora_core.rundir.artifacts import columns
 from populora_core.sandbox import SandboxPool
+from populora_core.seams import VERIFY_VERDICTS, seam
 from populora_core.seeding import derive_seed, numpy_generator
 
 
@@ -287,6 +288,7 @@ def verify(
     by_key = {(r.teacher_id, r.problem_id): row_problem(r) for r in valid.itertuples(index=False)}
     items = [(by_key[(r.teacher_id, r.problem_id)], r.completion) for r in rollouts.itertuples(index=False)]
     results = check_answers(items, pool, config.problems) if items else []
+    results = seam(VERIFY_VERDICTS, results)
     return pd.DataFrame(
         {
             "rollout_id": rollouts["rollout_id"].tolist(),

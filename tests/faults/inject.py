@@ -1,4 +1,6 @@
-"""Kills the process half-way through writing a stage's artifact (see ``sitecustomize``)."""
+"""The faults ``sitecustomize`` installs, each a hook on a seam the code declares
+(``populora_core.seams``): a point that no code declares any more fails at ``register``, and
+``tests/core/test_seams.py`` reaches every declared one."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from populora_core import seams
 from populora_core.run import RunDir
 from populora_core.rundir.artifacts import TMP_MARK, to_table
 from populora_core.stages.table import get_stage
@@ -27,41 +30,37 @@ def _armed(once: str | None) -> bool:
 
 
 def install(fault: str, once: str | None) -> None:
-    """Wraps ``RunDir.write``: the write of ``fault``'s (stage@generation) first artifact dies
-    (``tracking@generation``: see ``install_tracking``)."""
-    stage, _, generation = fault.partition("@")
+    """At ``seams.ARTIFACT_WRITE``: the write of ``fault``'s (stage@generation) first artifact
+    dies (``tracking@generation``: see ``install_tracking``)."""
+    stage, _, at = fault.partition("@")
     if stage == "tracking":
-        return install_tracking(int(generation), once)
-    outputs = get_stage(stage).outputs
-    write = RunDir.write
+        return install_tracking(int(at), once)
+    outputs, dies_at = get_stage(stage).outputs, int(at)
 
-    def faulty(self: RunDir, g: int, name: str, frame) -> Path:
-        if g == int(generation) and name in outputs and _armed(once):
-            table = to_table(frame, name, run_id=self.run_id, generation=g)
-            self.gen(g).mkdir(parents=True, exist_ok=True)
-            partial = self.gen(g) / f".{name}.parquet{TMP_MARK}fault"
+    def faulty(frame, *, run: RunDir, generation: int, name: str):
+        if generation == dies_at and name in outputs and _armed(once):
+            table = to_table(frame, name, run_id=run.run_id, generation=generation)
+            run.gen(generation).mkdir(parents=True, exist_ok=True)
+            partial = run.gen(generation) / f".{name}.parquet{TMP_MARK}fault"
             pq.write_table(table, partial)
             with open(partial, "r+b") as fh:
                 fh.truncate(max(1, partial.stat().st_size // 2))
             os.kill(os.getpid(), signal.SIGKILL)
-        return write(self, g, name, frame)
+        return frame
 
-    RunDir.write = faulty
+    seams.register(seams.ARTIFACT_WRITE, faulty)
 
 
 def install_tracking(generation: int, once: str | None) -> None:
-    """Wraps ``tracking.sync``: the process dies in the first sync after ``generation``'s
+    """At ``seams.TRACKING_SYNC``: the process dies in the first sync after ``generation``'s
     ``_SUCCESS`` is written, before anything of it is logged."""
-    from populora_core import tracking
 
-    sync = tracking.sync
-
-    def dying(run: RunDir) -> dict:
+    def dying(run: RunDir) -> RunDir:
         if run.is_complete(generation) and _armed(once):
             os.kill(os.getpid(), signal.SIGKILL)
-        return sync(run)
+        return run
 
-    tracking.sync = dying
+    seams.register(seams.TRACKING_SYNC, dying)
 
 
 PREFIX = str(Path(sys.prefix).resolve())
@@ -107,18 +106,16 @@ def install_worker_faults(directory: str) -> None:
     saved (``saves.log``: the adapter's id) and each batch of sandbox jobs
     (``batches.log``: a digest of its programs and inputs).
     """
-    from populora_core.sandbox import SandboxPool
-    from populora_core.stages import learn
-
     armed = Path(directory)
-    save_adapter, run = learn.save_adapter, SandboxPool.run
 
-    def dying_save(*args, **kwargs):
-        _log(armed / "saves.log", Path(args[1]).name[1:].split(TMP_MARK)[0])  # `.ID.tmp-xxxx`
-        written = save_adapter(*args, **kwargs)
+    def saving(tmp: Path, *, target: Path) -> Path:
+        _log(armed / "saves.log", Path(target).name)
+        return tmp
+
+    def dying_saved(tmp: Path, *, target: Path) -> Path:  # the weights written, nothing else
         if (armed / "update").exists() and _fire(armed / "update"):
             os.kill(os.getpid(), signal.SIGKILL)
-        return written
+        return tmp
 
     def triggered(arm: Path) -> bool:
         try:
@@ -126,7 +123,7 @@ def install_worker_faults(directory: str) -> None:
         except FileNotFoundError:  # fired meanwhile, by another worker
             return False
 
-    def dying_run(self, jobs):
+    def dying_run(jobs):
         digest = hashlib.sha256(repr(list(jobs)).encode()).hexdigest()  # every field, the salt too
         _log(armed / "batches.log", f"{digest} {os.getpid()} {time.time():.2f} {len(jobs)}")
         arm, node = armed / "verify", armed / "node"
@@ -138,10 +135,11 @@ def install_worker_faults(directory: str) -> None:
             (armed / "node.id.tmp").write_text(ray.get_runtime_context().get_node_id())
             (armed / "node.id.tmp").rename(armed / "node.fired.id")  # whole, for the test to read
             time.sleep(600)  # dies here with its node; a test that never removes it fails on time
-        return run(self, jobs)
+        return jobs
 
-    learn.save_adapter = dying_save
-    SandboxPool.run = dying_run
+    seams.register(seams.UPDATE_WEIGHTS, saving)
+    seams.register(seams.UPDATE_OPTIMIZER, dying_saved)
+    seams.register(seams.SANDBOX_BATCH, dying_run)
 
 
 def _log(path: Path, line: str) -> None:
@@ -164,7 +162,15 @@ def worker_fault_env(directory: Path) -> dict[str, str]:
 FILLER = ".populora-test-filler"
 """What ``fill_disk`` writes, at the root of the filesystem it fills (``free_disk`` removes it)."""
 
-DISK_FILL_KINDS = ("artifact", "adapter", "optimizer", "link", "tracking", "eval")
+DISK_FILL_AT = {
+    "artifact": seams.ARTIFACT_WRITE,
+    "adapter": seams.UPDATE_WEIGHTS,
+    "optimizer": seams.UPDATE_OPTIMIZER,
+    "link": seams.SNAPSHOT_LINK,
+    "tracking": seams.TENSORBOARD_WRITE,
+    "eval": seams.EVAL_PART,
+}
+"""Each kind of write ``install_disk_fill`` fills the disk before, and the seam just before it."""
 
 
 def fill_disk(mount: Path, *, inodes: bool = True) -> None:
@@ -196,52 +202,24 @@ def free_disk(mount: Path) -> None:
 
 def install_disk_fill(spec: str) -> None:
     """``POPULORA_FILL_DISK=<kind>:<mount>``: the filesystem at ``mount`` is filled just before
-    this process's first write of ``kind`` (``DISK_FILL_KINDS``), which then fails as a full
-    disk fails (ENOSPC from the kernel): a stage's artifact (``RunDir.write``), a trained
+    this process's first write of ``kind`` (at its seam, ``DISK_FILL_AT``), which then fails as
+    a full disk fails (ENOSPC from the kernel): a stage's artifact (``RunDir.write``), a trained
     adapter's weights, its optimizer state, a snapshot's link to an unchanged adapter, the
-    TensorBoard event file (blocks only: its file is created, then cut short), and the
-    evaluation's second write (a part, after the chunk it is made of)."""
-    import functools
-
-    from populora_core import tracking
-    from populora_core.evaluation import pipeline
-    from populora_core.population import adapters
-    from populora_core.stages import learn
-
+    TensorBoard event file (blocks only: its file is created, then cut short), and an
+    evaluation's part (after the chunks it is made of)."""
     kind, _, mount = spec.partition(":")
+    if kind not in DISK_FILL_AT:
+        raise ValueError(f"POPULORA_FILL_DISK: unknown kind {kind!r} (one of {', '.join(DISK_FILL_AT)})")
+    filled = False
 
-    def filling(fn, *, nth: int = 1, inodes: bool = True, when=lambda *a: True):
-        calls = 0
+    def filling(value, **context):
+        nonlocal filled
+        if not filled:
+            filled = True
+            fill_disk(Path(mount), inodes=kind != "tracking")
+        return value
 
-        @functools.wraps(fn)
-        def wrapped(*args, **kwargs):
-            nonlocal calls
-            if when(*args):
-                calls += 1
-                if calls == nth:
-                    fill_disk(Path(mount), inodes=inodes)
-            return fn(*args, **kwargs)
-
-        return wrapped
-
-    def tensorboard_lacks(run, done, figures_of) -> bool:
-        mark = tracking.state(run).get("tensorboard", {}).get("logged_through", -1)
-        return bool(done) and max(done) > mark
-
-    if kind == "artifact":
-        RunDir.write = filling(RunDir.write)
-    elif kind == "adapter":
-        learn.save_adapter = filling(learn.save_adapter)
-    elif kind == "optimizer":
-        learn.save_optimizer_state = filling(learn.save_optimizer_state)
-    elif kind == "link":
-        adapters.link_tree = filling(adapters.link_tree)
-    elif kind == "tracking":
-        tracking._SYNC["tensorboard"] = filling(tracking._sync_tensorboard, inodes=False, when=tensorboard_lacks)
-    elif kind == "eval":
-        pipeline.write_parquet_atomic = filling(pipeline.write_parquet_atomic, nth=2)
-    else:
-        raise ValueError(f"POPULORA_FILL_DISK: unknown kind {kind!r} (one of {DISK_FILL_KINDS})")
+    seams.register(DISK_FILL_AT[kind], filling)
 
 
 def disk_fill_env(env: dict[str, str], kind: str, mount: Path) -> dict[str, str]:
@@ -258,17 +236,17 @@ def disk_fill_env(env: dict[str, str], kind: str, mount: Path) -> dict[str, str]
 
 # an update that outgrows its memory ------------------------------------------------------
 def install_memory_growth() -> None:
-    """``POPULORA_GROW_MEMORY=1``: the first ``Trainer.update`` of the process (after the update
+    """``POPULORA_GROW_MEMORY=1``: the first adapter update of the process (after the update
     stage has noted which adapter it trains) allocates and touches memory until the kernel
-    kills the process, as an update whose activations outgrow the machine does."""
-    from populora_core.training.trainer import Trainer
+    kills the process, as an update whose activations outgrow the machine does (at
+    ``seams.UPDATE_TRAIN``)."""
 
-    def growing(self, *args, **kwargs):
+    def growing(job):
         held = []
         while True:
             held.append(bytearray(64 << 20))  # zero-filled: every page touched
 
-    Trainer.update = growing
+    seams.register(seams.UPDATE_TRAIN, growing)
 
 
 # a stand-in for what the model happens to sample ----------------------------------------
@@ -283,15 +261,10 @@ def install_standin_verdicts() -> None:
     trains whatever was sampled. The sandbox still judges every answer."""
     import dataclasses
 
-    from populora_core.stages import play
-
-    check = play.check_answers
-
-    def with_a_standin(items, pool, config):
-        results = check(items, pool, config)
+    def with_a_standin(results: list) -> list:
         if len(results) > 1 and len({r.verdict for r in results}) == 1:
             other = "wrong" if results[0].verdict == "format_error" else "format_error"
-            results[0] = dataclasses.replace(results[0], verdict=other, detail=STANDIN_DETAIL)
+            results = [dataclasses.replace(results[0], verdict=other, detail=STANDIN_DETAIL), *results[1:]]
         return results
 
-    play.check_answers = with_a_standin
+    seams.register(seams.VERIFY_VERDICTS, with_a_standin)

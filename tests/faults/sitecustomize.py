@@ -1,5 +1,6 @@
 """Fault injection for the crash tests, loaded only by processes started with this
-directory on PYTHONPATH (``tests.faults.inject.fault_env``); production code knows nothing of it.
+directory on PYTHONPATH (``tests.faults.inject.fault_env``). Each fault is a hook on a seam the
+code declares (``populora_core.seams``); the library registers none and knows nothing of these.
 
 ``POPULORA_FAULT=<stage>@<generation>`` makes the process SIGKILL itself while
 writing that stage's first artifact (half a temp file left on disk). With

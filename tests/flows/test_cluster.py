@@ -228,7 +228,7 @@ def test_sandbox_batches_lost_to_a_killed_actor_and_a_lost_node_run_again_once_e
 
 def test_cli_cluster_flags_become_the_config():
     from cli.main import build_parser
-    from cli.run import cluster_overrides
+    from cli.run import cluster_settings
     from populora_core.config import ConfigError, load_config
 
     parse = build_parser().parse_args
@@ -239,9 +239,11 @@ def test_cli_cluster_flags_become_the_config():
         ("train", "--cluster", "ray", "--address", "ray://head:10001"): ("ray", "ray://head:10001"),
     }
     for argv, (engine, address) in cases.items():
-        cluster = load_config(preset="cpu-tiny", overrides=cluster_overrides(parse(list(argv)))).cluster
+        cluster = load_config(preset="cpu-tiny", cluster=cluster_settings(parse(list(argv)))).cluster
         assert (cluster.engine, cluster.address) == (engine, address), argv
-    back = cluster_overrides(parse(["resume", "r", "--cluster", "local"]))
-    assert load_config(overrides=["cluster.address='auto'", *back]).cluster.address == ""
+    back = cluster_settings(parse(["resume", "r", "--cluster", "local"]))
+    assert load_config(overrides=["cluster.address='auto'"], cluster=back).cluster.address == ""
+    kept = cluster_settings(parse(["resume", "r", "--cluster", "ray"]))  # the run's address stays
+    assert load_config(preset="cpu-tiny", overrides=["cluster.address='auto'"], cluster=kept).cluster.address == "auto"
     with pytest.raises(ConfigError, match="contradicts"):
-        cluster_overrides(parse(["train", "--cluster", "local", "--address", "auto"]))
+        cluster_settings(parse(["train", "--cluster", "local", "--address", "auto"]))

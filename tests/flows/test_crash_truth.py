@@ -177,6 +177,25 @@ def test_the_resume_deployment_never_starts_a_new_run(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_train_deployment_places_a_new_run_once_and_moves_an_existing_one(tmp_path, monkeypatch):
+    """The `train` and `resume` deployments' `cluster` parameter (JSON, as the UI gives it): a
+    new run is created (``new_run``) with it as its placement, an address a string as given;
+    an existing run is moved, under its lock, and trained from where it is."""
+    import flows.train
+    from flows.train import train_flow
+    from populora_core.run import RunDir
+
+    trained = []
+    monkeypatch.setattr(flows.train, "_continue", lambda run, target, recompute: trained.append((run.root, target)))
+    ray = {"engine": "ray", "address": "10.0.0.5:6379"}  # a string as given, never read as YAML
+    train_flow.fn(preset="cpu-tiny", run_id="deployed", runs_dir=str(tmp_path), generations=1, cluster=ray)
+    run = RunDir(tmp_path / "deployed")
+    assert (run.config().cluster.engine, run.config().cluster.address) == ("ray", "10.0.0.5:6379")
+    train_flow.fn(preset=None, run_id=str(run.root), cluster={"engine": "local", "address": ""})
+    assert (run.config().cluster.engine, run.config().cluster.address) == ("local", "")
+    assert trained == [(run.root, 1), (run.root, run.config().generations)]
+
+
 def test_cli_flow_runs_beat_well_within_the_automations_wait():
     """Prefect's own default (180 s) is longer than the automation waits: a live run would be
     crashed. `populora train`/`resume`/`replay` run their flows under ``heartbeats``."""

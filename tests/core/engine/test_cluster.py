@@ -28,6 +28,12 @@ def private_ray():
     ray.shutdown()
 
 
+def _refuse() -> None:
+    from populora_core.config import ConfigError
+
+    raise ConfigError("refused")
+
+
 def test_a_resumed_run_moves_to_the_cluster_and_back(tmp_path):
     from populora_core.config import ConfigError
     from populora_core.run import create_run
@@ -37,6 +43,10 @@ def test_a_resumed_run_moves_to_the_cluster_and_back(tmp_path):
     run.set_cluster({"engine": "ray", "address": "auto"})
     assert (run.config().cluster.address, run.config().cluster.nodes) == ("auto", 2)  # merged, not replaced
     assert run.config().model_copy(update={"cluster": before.cluster}) == before  # nothing else changed
+    seen = []
+    with pytest.raises(ConfigError, match="refused"):  # the check sees the new config; refused, nothing written
+        run.set_cluster({"engine": "local"}, check=lambda config: seen.append(config) or _refuse())
+    assert seen[0].cluster.engine == "local" and run.config().cluster.engine == "ray"
     sets = ["inference.backend=vllm", "inference.vllm_url=http://127.0.0.1:8000"]
     vllm = create_run(tmp_path, load_config(preset="cpu-tiny", overrides=sets), run_id="v")
     written = vllm.config_file.read_bytes()

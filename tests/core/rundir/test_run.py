@@ -96,6 +96,30 @@ def test_create_and_list_remove_what_killed_builds_left_but_not_a_build_in_progr
     assert sorted(p.name for p in runs.iterdir()) == ["r1"]
 
 
+def test_a_new_run_takes_the_placement_and_a_refused_config_writes_nothing(tmp_path, local_model):
+    """``new_run``: settings → one config (the placement a dict, never `--set` text) → one run;
+    ``find_run``/``open_run`` by path or by id."""
+    from populora_core.config import ConfigError
+    from populora_core.run import find_run, new_run, open_run
+
+    runs, sets = tmp_path / "runs", [f"model.name={local_model}", "cluster.address='auto'"]
+    seen = []
+    run = new_run(runs, preset="cpu-tiny", overrides=sets, cluster={"engine": "ray"}, run_id="r1", check=seen.append)
+    assert (run.config().cluster.engine, run.config().cluster.address) == ("ray", "auto")
+    assert seen == [run.config()] and run.info()["preset"] == "cpu-tiny"
+
+    def refuse(config) -> None:
+        raise ConfigError("does not fit")
+
+    with pytest.raises(ConfigError, match="does not fit"):
+        new_run(runs, preset="cpu-tiny", overrides=sets[:1], run_id="r2", check=refuse)
+    assert sorted(p.name for p in runs.iterdir()) == ["r1"]
+    assert find_run("r1", runs).root == find_run(run.root).root == open_run("r1", runs).root == run.root
+    assert find_run("r2", runs) is None
+    with pytest.raises(ConfigError, match="no run at r2"):
+        open_run("r2", runs)
+
+
 def test_evaluation_serves_the_trained_population_not_evolutions_new_children(tmp_path, local_model):
     """After an evolution round the next snapshot holds children never trained; held-out
     evaluation serves the members as their last update left them (gen_N/updated/)."""
