@@ -5,8 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
-# pip's downloads under the project's cache (CI keeps ~/.cache/populora between runs)
+# pip's and uv's downloads under the project's cache (CI keeps ~/.cache/populora between runs)
 export PIP_CACHE_DIR ?= $(HOME)/.cache/populora/pip
+export UV_CACHE_DIR ?= $(HOME)/.cache/populora/uv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
 VLLM_VENV := .venv-vllm
@@ -35,13 +36,12 @@ deploy: setup
 		$(BIN)/prefect --no-prompt deploy --all
 	PREFECT_API_URL=http://127.0.0.1:$${PREFECT_PORT:-4200}/api $(BIN)/python -m flows.automations
 
-## setup: Debian packages, the virtual environment and the package
+## setup: Debian packages, the virtual environment and the package (installed by uv: scripts/install.sh)
 setup: system-deps $(STAMP)
 
 $(STAMP): pyproject.toml | system-deps
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	./scripts/install.sh $(VENV) -e '.[dev,bench]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 system-deps:
@@ -76,6 +76,7 @@ $(OV_STAMP):
 ## sandbox image and vLLM (CPU) for the parity test
 test:
 	@$(MAKE) --no-print-directory -j2 setup vllm-env  # the two venvs side by side (CI stays under 40 minutes)
+	@./scripts/system_deps.sh docker
 	@./scripts/dockerd.sh start
 	@./docker/build_image.sh
 	$(BIN)/ruff format --check .
@@ -93,6 +94,7 @@ test-fast: setup
 ## a fresh vLLM server repeating seeded samples; every item of the benchmark sweeps; the full sandbox flood)
 test-slow:
 	@$(MAKE) --no-print-directory -j2 setup vllm-env
+	@./scripts/system_deps.sh docker
 	@./scripts/dockerd.sh start
 	@./docker/build_image.sh
 	@set +e; $(BIN)/pytest -q -m slow; rc=$$?; ./scripts/dockerd.sh stop; exit $$rc
@@ -102,6 +104,7 @@ lint: setup
 	$(BIN)/ruff check --fix .
 
 dockerd:
+	@./scripts/system_deps.sh docker
 	@./scripts/dockerd.sh start
 
 dockerd-stop:

@@ -13,7 +13,7 @@ case "${1:-}" in
       echo "dockerd: an engine already answers"
       exit 0
     fi
-    command -v dockerd >/dev/null || { echo "dockerd: not installed; run 'make system-deps'" >&2; exit 1; }
+    command -v dockerd >/dev/null || { echo "dockerd: not installed; run 'scripts/system_deps.sh docker'" >&2; exit 1; }
     nohup dockerd --bridge=none --iptables=false --ip6tables=false --ip-forward=false \
       --ip-masq=false --pidfile "$state/dockerd.engine.pid" >"$state/dockerd.log" 2>&1 &
     echo $! >"$pidfile"

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Installs the Debian packages PopuLoRA needs (bubblewrap for the local sandbox,
-# docker.io for the docker sandbox, Debian's python3.11 as the interpreter inside
-# both, python3.11-venv where that python cannot make a venv). Does nothing when they are
-# already there.
+# Installs the Debian packages PopuLoRA needs: bubblewrap for the local sandbox, Debian's
+# python3.11 as the interpreter inside it, python3.11-venv where that python cannot make a
+# venv; with `docker`, also docker.io for the docker sandbox (`make test`, not `make run`).
+# Does nothing when they are already there.
+#   scripts/system_deps.sh [docker]
 set -euo pipefail
 need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
-command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+if [ "${1:-}" = docker ]; then
+  command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+fi
 [ -x /usr/bin/python3.11 ] || need+=(python3.11)
 # a stock Debian/Ubuntu python3.11 makes no venv without it (`make` would stop at `python3.11 -m venv`)
 python3.11 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3.11-venv)
