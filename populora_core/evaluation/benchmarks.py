@@ -1,11 +1,7 @@
 """The held-out benchmarks (docs/evaluation.md#held-out-evaluation-populora-evaluate): where
-each one's published file lives, which family it counts in, its default token cap, and how
-its answers are judged. The loaders and judges are in `code_suites.py`, `livecodebench.py`
-and `math_suites.py`; every program runs in the project's sandbox, nothing from a model here.
-
-Families: "code" and "math" make the per-member averages the paper reports; "code
-reasoning" (CRUXEval: predicting a given program's behaviour) is reported per benchmark,
-in neither average.
+each one's published file lives, its family ("code" and "math" make the per-member averages;
+"code reasoning", CRUXEval, is in neither), its default token cap, and how its answers are
+judged (`code_suites.py`, `livecodebench.py`, `math_suites.py`; every program in the sandbox).
 """
 
 from __future__ import annotations
@@ -88,10 +84,6 @@ def fetch_hint(names: list[str], data_dir: Path) -> str:
 def has_data(name: str, data_dir: Path) -> bool:
     """Whether ``data_dir`` holds every file benchmark ``name`` reads."""
     return all(any(Path(data_dir).glob(pattern)) for pattern in get_benchmark(name).files)
-
-
-def default_max_new_tokens(name: str) -> int:
-    return get_benchmark(name).max_new_tokens
 
 
 def load_benchmark(name: str, data_dir: Path, limit: int | None = None) -> list[EvalItem]:

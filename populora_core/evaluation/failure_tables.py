@@ -89,7 +89,8 @@ def flip_table(pairs: pd.DataFrame, failures: Mapping[str, pd.Series]) -> pd.Dat
             continue
         joined = pd.concat([failures[a].rename("a"), failures[b].rename("b")], axis=1, join="inner").dropna()
         for bench, part in by_benchmark(joined):
-            n, fa, fb = len(part), part["a"], part["b"]
+            n = len(part)
+            fa, fb = part["a"], part["b"]
             lost_a, lost_b = fa[(fa != "passed") & (fb == "passed")], fb[(fb != "passed") & (fa == "passed")]
             difference = float((fa == "passed").sum() - (fb == "passed").sum()) / n
             format_part, code_part = (

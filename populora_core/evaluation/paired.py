@@ -138,10 +138,7 @@ def model_intervals(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         scores = scores.dropna()
         for bench, part in by_benchmark(scores):
             iv = wilson(float(part.sum()), len(part))
-            rows.append(
-                {"model": name, "benchmark": bench, "n": len(part), "passed": int(part.sum())}
-                | {"pass@1": iv.value, "low": iv.low, "high": iv.high}
-            )
+            rows.append((name, bench, len(part), int(part.sum()), iv.value, iv.low, iv.high))
     return pd.DataFrame(rows, columns=["model", "benchmark", "n", "passed", "pass@1", "low", "high"])
 
 

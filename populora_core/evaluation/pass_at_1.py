@@ -1,8 +1,6 @@
-"""pass@1 (greedy) of the base model and of adapters on held-out benchmarks.
-
-Completions come from any generation backend (one batch mixing every adapter);
-code answers are judged in the sandbox pool, math answers by their text judges.
-"""
+"""pass@1 (greedy) of the base model and of adapters on held-out benchmarks: completions from
+any generation backend (one batch mixing every adapter), code answers judged in the sandbox
+pool, math answers by their text judges."""
 
 from __future__ import annotations
 

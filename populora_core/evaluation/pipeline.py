@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from populora_core.evaluation.benchmarks import default_max_new_tokens, load_benchmark
+from populora_core.evaluation.benchmarks import get_benchmark, load_benchmark
 from populora_core.evaluation.datasets import data_dir as default_data_dir
 from populora_core.evaluation.failure_tables import (
     class_counts,
@@ -103,7 +103,7 @@ def evaluate_benchmark(
     from populora_core.engine import runtime_of
 
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()  # evaluation.datasets
-    max_new_tokens = max_new_tokens or default_max_new_tokens(benchmark)
+    max_new_tokens = max_new_tokens or get_benchmark(benchmark).max_new_tokens
     served = run.trained_adapter_dirs(generation)  # not evolution's untrained children
     adapters = [*([BASE] if include_base else []), *served]
     chunk = chunk or chunk_items(len(adapters))
@@ -191,10 +191,8 @@ def paired_report(
 
 def comparison_table(runs: Sequence[tuple[RunDir, int]], protocol: str = "standard") -> dict:
     """The population-versus-baseline table of several evaluated runs ((run, generation)
-    pairs, each with its ``pass_at_1.parquet``), written to ``<first run>/eval/comparison.md``
-    and ``comparison.parquet``; and their paired comparisons item by item (``paired``:
-    differences with paired bootstrap intervals, McNemar p-values, the weakest member's
-    verdict against each baseline) in ``paired.md`` and ``paired.parquet``."""
+    pairs, each with its ``pass_at_1.parquet``) in ``<first run>/eval/comparison.{md,parquet}``,
+    and ``paired_report``'s in ``paired.md``, ``paired.parquet`` and ``paired_failures.parquet``."""
     tables, results, single = {}, {}, []
     for run, generation in runs:
         path = run.eval_dir(generation, protocol) / "pass_at_1.parquet"
