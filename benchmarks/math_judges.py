@@ -139,7 +139,7 @@ def model_answers(path: Path, data_dir: Path, model: str, items_per: int, max_ne
         return pd.read_parquet(path)
     if not items_per:
         return pd.DataFrame(columns=["benchmark", "item_id", "completion"])
-    from populora_core.evaluation.benchmarks import default_max_new_tokens
+    from populora_core.evaluation.benchmarks import get_benchmark
     from populora_core.evaluation.pass_at_1 import evaluate
     from populora_core.inference.base import BASE
     from populora_core.inference.hf import HFBackend
@@ -150,7 +150,7 @@ def model_answers(path: Path, data_dir: Path, model: str, items_per: int, max_ne
     frames = []
     for bench in BENCHMARKS:
         items = load_benchmark(bench, data_dir, items_per)
-        cap = min(max_new_tokens, default_max_new_tokens(bench))
+        cap = min(max_new_tokens, get_benchmark(bench).max_new_tokens)
         frames.append(evaluate(backend, [BASE], items, None, max_new_tokens=cap, progress=f"answers {bench}"))
     answers = pd.concat(frames, ignore_index=True)
     path.parent.mkdir(parents=True, exist_ok=True)

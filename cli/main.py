@@ -191,7 +191,7 @@ def _add_inspection_parsers(sub) -> None:
 
 
 def _add_evaluate_parser(sub) -> None:
-    from populora_core.evaluation.benchmarks import BENCHMARKS, default_max_new_tokens
+    from populora_core.evaluation.benchmarks import BENCHMARKS, get_benchmark
     from populora_core.evaluation.items import PROTOCOLS
 
     evaluate = sub.add_parser(
@@ -214,7 +214,7 @@ def _add_evaluate_parser(sub) -> None:
         help="benchmark files in their published layout (default: $POPULORA_DATA, else "
         "~/.cache/populora/data; `populora data download` fills it)",
     )
-    caps = ", ".join(f"{b} {default_max_new_tokens(b)}" for b in BENCHMARKS)
+    caps = ", ".join(f"{b} {get_benchmark(b).max_new_tokens}" for b in BENCHMARKS)
     evaluate.add_argument(
         "--max-new-tokens",
         type=int,

@@ -1,22 +1,7 @@
-"""The held-out benchmarks: where each one's published file lives, which family it
-counts in, its default token cap, and how its answers are judged.
-
-The families are in `code_suites.py` (HumanEval, HumanEval+, MBPP, MBPP+, CRUXEval),
-`livecodebench.py` and `math_suites.py` (GSM8K, MATH-500, AIME 2024/2025, AMC 2023,
-Minerva Math, OlympiadBench); their docstrings give each file and judgement.
-
-Token caps (``max_new_tokens``, one greedy answer): 512 for function-writing and
-CRUXEval (a function or a literal); 1024 for LiveCodeBench (a whole competitive
-program); 768 for GSM8K; 1024 for MATH-500 and Minerva Math; 2048 for OlympiadBench,
-AMC 2023 and AIME (long chain-of-thought before the boxed answer). ``--max-new-tokens``
-replaces all of them.
-
-Families: "code" (programs written from a specification: HumanEval(+), MBPP(+),
-LiveCodeBench) and "math" (every math suite) make the per-member averages the
-paper reports; CRUXEval (predicting a given program's behaviour) is "code
-reasoning", reported per benchmark but in neither average.
-
-Every program runs in the project's sandbox; nothing from a model is executed here.
+"""The held-out benchmarks (docs/evaluation.md#held-out-evaluation-populora-evaluate): where
+each one's published file lives, its family ("code" and "math" make the per-member averages;
+"code reasoning", CRUXEval, is in neither), its default token cap, and how its answers are
+judged (`code_suites.py`, `livecodebench.py`, `math_suites.py`; every program in the sandbox).
 """
 
 from __future__ import annotations
@@ -95,14 +80,6 @@ def fetch_hint(names: list[str], data_dir: Path) -> str:
 def has_data(name: str, data_dir: Path) -> bool:
     """Whether ``data_dir`` holds every file benchmark ``name`` reads."""
     return all(any(Path(data_dir).glob(pattern)) for pattern in get_benchmark(name).files)
-
-
-def default_max_new_tokens(name: str) -> int:
-    return get_benchmark(name).max_new_tokens
-
-
-def family(name: str) -> str:
-    return get_benchmark(name).family
 
 
 def load_benchmark(name: str, data_dir: Path, limit: int | None = None) -> list[EvalItem]:

@@ -1,16 +1,6 @@
-"""The public evaluation and reference data: where each file is published, its SHA-256,
-and fetching it into the user's data directory.
-
-Files are fetched from their authors' published locations (GitHub release assets and raw
-files at a pinned commit, Hugging Face dataset files at a pinned revision), byte for byte,
-and accepted only when their SHA-256 equals the one kept here. A download goes to
-``<file>.part`` first and is renamed into place only once complete and verified, so an
-interrupted or corrupted download is never used: the next attempt resumes the
-``.part`` (an HTTP range request; a server that ignores it sends the whole file again).
-
-Data directory: ``$POPULORA_DATA``, else ``~/.cache/populora/data`` (``models.cache_root``).
-A mirror (``--mirror URL``) serves the same files under ``URL/<host>/<path>`` of each
-published address.
+"""The public evaluation and reference data (docs/evaluation.md#data): where each file is
+published, its SHA-256, and fetching it into the user's data directory, verified and
+resumable (a download goes to ``<file>.part`` and is renamed into place once verified).
 """
 
 from __future__ import annotations
@@ -241,52 +231,36 @@ def require(names: Sequence[str], directory: Path) -> None:
         )
 
 
-def source_url(file: DataFile, mirror: str | None = None) -> str:
-    """The published address, or the same host and path under ``mirror``."""
-    if not mirror:
-        return file.url
-    parts = urllib.parse.urlsplit(file.url)
-    return f"{mirror.rstrip('/')}/{parts.netloc}{parts.path}"
-
-
 def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
+    """The hex SHA-256 of the file at ``path``."""
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def fetch_file(
-    file: DataFile,
-    directory: Path,
-    *,
-    mirror: str | None = None,
-    timeout: float = 60.0,
-    progress: Callable[[int], None] | None = None,
-) -> Path:
-    """Downloads one file into ``directory`` (resuming its ``.part``), verifies its SHA-256 and
-    renames it into place; raises DataUnavailable (the ``.part`` kept for the next attempt
-    when the transfer broke off, removed when the content is wrong)."""
+def fetch_file(file: DataFile, directory: Path, mirror: str | None, progress: Callable[[int], None]) -> Path:
+    """Downloads one file into ``directory`` (resuming its ``.part``) from its published address
+    or the same host and path under ``mirror``, verifies its SHA-256 and renames it into place
+    (``progress``: called with each block's bytes); raises DataUnavailable (the ``.part`` kept
+    for the next attempt when the transfer broke off, removed when the content is wrong)."""
     target = Path(directory) / file.path
     part = target.with_name(target.name + ".part")
     target.parent.mkdir(parents=True, exist_ok=True)
-    url = source_url(file, mirror)
+    parts = urllib.parse.urlsplit(file.url)
+    url = f"{mirror.rstrip('/')}/{parts.netloc}{parts.path}" if mirror else file.url
     have = part.stat().st_size if part.is_file() else 0
     if have > file.size:
         part.unlink()
         have = 0
     request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=60) as response:
             resumed = have and response.status == 206
             with open(part, "ab" if resumed else "wb") as out:
-                if progress and resumed:
+                if resumed:
                     progress(have)
                 for block in iter(lambda: response.read(1 << 16), b""):
                     out.write(block)
-                    if progress:
-                        progress(len(block))
+                    progress(len(block))
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # IncompleteRead: HTTPException
         raise DataUnavailable(f"{file.path}: download from {url} broke off ({exc!r}); run the command again to resume")
     size = part.stat().st_size
@@ -322,5 +296,5 @@ def download(
     todo = [f for f in files if not _have(f, directory)]
     with tqdm(total=sum(f.size for f in todo), unit="B", unit_scale=True, desc="data", disable=not progress) as bar:
         for f in todo:
-            fetch_file(f, directory, mirror=mirror, progress=bar.update)
+            fetch_file(f, directory, mirror, bar.update)
     return [directory / f.path for f in files]

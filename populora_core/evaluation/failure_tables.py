@@ -1,11 +1,6 @@
-"""Failure classes as tables: per model and benchmark, how many answers fell in each class
-(`failures.py`); per paired comparison, which classes the flipped items moved between, and
-the difference of pass@1 split into its format and code parts.
-
-A's pass@1 minus B's is (B's failures − A's failures) / n, so it splits exactly by class:
-the *format part* sums the form classes (``failures.FORMAT``), the *code part* the classes of
-code that ran and was wrong (``failures.CODE``); what is left is the judge's own failures
-(``sandbox_failure``) and rows judged before classes existed (``unclassified``).
+"""Failure classes as tables (docs/evaluation.md#failure-classes): per model and benchmark,
+how many answers fell in each class (`failures.py`); per paired comparison, which classes the
+flipped items moved between, and the difference of pass@1 split into its format and code parts.
 """
 
 from __future__ import annotations
@@ -19,6 +14,7 @@ from populora_core.evaluation.paired import by_benchmark, item_scores, model_ada
 from populora_core.inference.base import BASE
 
 ORDER = (*CLASSES, UNCLASSIFIED)
+FLIP_COLUMNS = ["a", "b", "benchmark", "n", "difference", "format_part", "code_part", "only_b_passed", "only_a_passed"]
 
 
 def failures_of(results: pd.DataFrame) -> pd.Series:
@@ -63,17 +59,15 @@ def runs_counts(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     return joined[[c for c in (*ORDER, "format", "code") if c in joined.columns]]
 
 
-def _item_failures(results: pd.DataFrame) -> pd.DataFrame:
-    frame = results.assign(failure=failures_of(results))
-    return frame.pivot_table(index=["benchmark", "item_id"], columns="adapter_id", values="failure", aggfunc="first")
-
-
 def model_failures(runs: Mapping[str, pd.DataFrame]) -> dict[str, pd.Series]:
     """Per single model of ``runs`` (named as ``paired.model_adapters`` names them; the
     population mean is not one model and has none), its class on every (benchmark, item_id)."""
     out: dict[str, pd.Series] = {}
     for k, (label, results) in enumerate(runs.items()):
-        classes = _item_failures(results)
+        frame = results.assign(failure=failures_of(results))
+        classes = frame.pivot_table(
+            index=["benchmark", "item_id"], columns="adapter_id", values="failure", aggfunc="first"
+        )
         adapters = model_adapters(label, item_scores(results), with_base=k == 0)
         out |= {name: classes[adapter] for name, adapter in adapters.items() if adapter is not None}
     return out
@@ -86,8 +80,9 @@ def _moves(failed: pd.Series) -> str:
 
 def flip_table(pairs: pd.DataFrame, failures: Mapping[str, pd.Series]) -> pd.DataFrame:
     """For each single-model pair of ``pairs`` (``paired.paired_table``) and benchmark: the
-    difference of pass@1, its format and code parts, and the classes of the items that
-    flipped: where only B passed, A's class; where only A passed, B's."""
+    difference of pass@1, its format and code parts (B's ``FORMAT`` and ``CODE`` answers minus
+    A's, over n: they sum to it but for ``sandbox_failure`` and ``unclassified``), and the classes
+    of the items that flipped: where only B passed, A's class; where only A passed, B's."""
     rows = []
     for (a, b), _ in pairs.groupby(["a", "b"], sort=False):
         if a not in failures or b not in failures:
@@ -97,37 +92,12 @@ def flip_table(pairs: pd.DataFrame, failures: Mapping[str, pd.Series]) -> pd.Dat
             n = len(part)
             fa, fb = part["a"], part["b"]
             lost_a, lost_b = fa[(fa != "passed") & (fb == "passed")], fb[(fb != "passed") & (fa == "passed")]
-
-            def share(kinds: tuple[str, ...], fa=fa, fb=fb, n=n) -> float:
-                return float(fb.isin(kinds).sum() - fa.isin(kinds).sum()) / n
-
-            rows.append(
-                {
-                    "a": a,
-                    "b": b,
-                    "benchmark": bench,
-                    "n": n,
-                    "difference": float((fa == "passed").sum() - (fb == "passed").sum()) / n,
-                    "format_part": share(FORMAT),
-                    "code_part": share(CODE),
-                    "only_b_passed": _moves(lost_a),
-                    "only_a_passed": _moves(lost_b),
-                }
+            difference = float((fa == "passed").sum() - (fb == "passed").sum()) / n
+            format_part, code_part = (
+                float(fb.isin(kinds).sum() - fa.isin(kinds).sum()) / n for kinds in (FORMAT, CODE)
             )
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "a",
-            "b",
-            "benchmark",
-            "n",
-            "difference",
-            "format_part",
-            "code_part",
-            "only_b_passed",
-            "only_a_passed",
-        ],
-    )
+            rows.append((a, b, bench, n, difference, format_part, code_part, _moves(lost_a), _moves(lost_b)))
+    return pd.DataFrame(rows, columns=FLIP_COLUMNS)
 
 
 def flips_markdown(table: pd.DataFrame) -> str:

@@ -1,31 +1,10 @@
-"""Why a held-out answer failed: one class for every judged answer, decided by the judge.
+"""Why a held-out answer failed: one class for every judged answer, decided by the judge
+(each class: docs/evaluation.md#failure-classes).
 
 The judge first reads the answer's form on the host (parsing only: ``ast.parse`` never runs
-anything), then runs the program in the sandbox as before; the class is the first of these
-that holds. Correctness is the judge's unchanged verdict: the class only says why.
-
-Code (function writing: HumanEval(+), MBPP(+), LiveCodeBench; CRUXEval's literals alike):
-
-- ``passed``: the judge accepted the answer;
-- ``truncated``: cut at the token cap before its code block closed (or before any block);
-- ``no_code``: no fenced block, and nothing else that parses as a function;
-- ``other_wrapper``: code only inside another wrapper (``<answer>`` tags, or an unfenced
-  function in the text), which the standard judge does not read;
-- ``syntax_error``: the block does not parse;
-- ``signature``: the block defines functions, none with the entry point's name, or the entry
-  point takes another number of arguments than the benchmark passes;
-- ``wrong_base``: fails the benchmark's original tests (HumanEval's ``check``, MBPP's asserts,
-  EvalPlus's base inputs, every LiveCodeBench test, a wrong CRUXEval literal);
-- ``wrong_plus``: passes those, fails an EvalPlus plus input;
-- ``timeout``: the program's or one input's time limit;
-- ``runtime_error``: any other exception, the memory or output limit;
-- ``sandbox_failure``: the sandbox itself failed (the judge's fault, not the model's).
-
-Math (text judges): ``passed``; ``truncated`` (cut at the cap with no final answer);
-``no_final_answer`` (no ``\\boxed{}``, or for GSM8K no number); ``unparsed`` (a final answer the
-judge cannot read as a value where it compares values); ``wrong``.
-
-``FORMAT`` are the classes about the answer's form; ``CODE`` those about what the code does.
+anything), then runs the program in the sandbox; the class is the first that holds.
+Correctness is the judge's unchanged verdict: the class only says why. ``FORMAT`` are the
+classes about the answer's form; ``CODE`` those about what the code does.
 """
 
 from __future__ import annotations
@@ -36,6 +15,7 @@ import re
 
 from populora_core.evaluation.code_suites import complete_code
 from populora_core.evaluation.items import EvalItem, fenced_block
+from populora_core.metrics.complexity import parse
 from populora_core.sandbox import Result
 
 CODE_CLASSES = (
@@ -62,14 +42,6 @@ _TAGGED = re.compile(r"AssertionError: \('(wrong_base|wrong_plus)'")
 _LITERAL_TAG = {"cruxeval_o": "output", "cruxeval_i": "input"}
 _CODE_START = re.compile(r"^(def|class|import|from|async def) ", re.MULTILINE)
 _MAX_TRIMS = 80
-
-
-def parse(source: str) -> ast.Module | None:
-    """The module's syntax tree, or None when it does not parse (nothing is run)."""
-    try:
-        return ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
 
 
 def _defines_function(tree: ast.Module) -> bool:
@@ -137,17 +109,12 @@ def signature_broken(item: EvalItem, code: str) -> bool:
     return n is not None and not _takes(fn, n)
 
 
-def answer_block(item: EvalItem, completion: str) -> tuple[str, bool] | None:
-    """The block the judge reads an answer from, and whether it was closed; None: no block."""
-    tag = _LITERAL_TAG.get(item.kind)
-    return fenced_block(completion, tag, "", "python") if tag else fenced_block(completion, "python", "py", "")
-
-
 def answer_form(item: EvalItem, completion: str, finish_reason: str | None) -> str | None:
     """The form class of a program answer, or None when its form is sound and the run decides
     (a CRUXEval literal read from ``<answer>`` tags too: the judge reads those)."""
     cut = finish_reason == "length"
-    block = answer_block(item, completion)
+    tag = _LITERAL_TAG.get(item.kind)  # the block the judge reads: (code, closed), None when there is none
+    block = fenced_block(completion, tag, "", "python") if tag else fenced_block(completion, "python", "py", "")
     if block is None:
         if cut:
             return "truncated"

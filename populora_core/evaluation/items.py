@@ -26,13 +26,8 @@ class EvalItem:
 
 
 PROTOCOLS = ("standard", "trained")
-"""How an answer is asked for. ``standard``: each benchmark's own prompt, the answer in one
-fenced block (the protocol of the field's tables). ``trained``: the code benchmarks' prompts
-in the format the adapters were trained on (the student's system prompt and reply format:
-reasoning inside ``<think></think>``, the answer block inside ``<answer></answer>``, the
-reply started with ``<think>``, generation stopped at ``</answer>``); math is unchanged (the
-training has no math). The judge is the same under both: it reads the last fenced block
-wherever it is."""
+"""How an answer is asked for (docs/evaluation.md#protocols). ``standard``: each benchmark's own
+prompt; ``trained``: the code benchmarks (``TRAINED_KINDS``) in the adapters' training format."""
 TRAINED_KINDS = ("code", "livecodebench", "cruxeval_o", "cruxeval_i")
 
 

@@ -1,22 +1,12 @@
 """Paired comparisons of held-out pass@1: two models on the same items, so an item hard for
-both counts for neither. Each comparison gives the difference of pass@1 with a paired
-bootstrap 95% interval (items resampled) and, for two single models, the exact McNemar
-p-value of the discordant items; per benchmark and over every item of the benchmarks
-together.
-
-The models of several evaluated runs: the base model (once), every adapter, and for a
-population its weakest member (the one adapter with the lowest pass@1 over all items,
-named in its label; the paper's claim is that even it beats the baseline; the pass@1
-tables' "weakest member" is instead each column's minimum), its weakest student and weakest
-teacher (the claim read per role: teachers are never trained to answer) and its mean (per item, the
-share of members that passed; no McNemar test: it is not one model). Pairs: each model
-against the base model, and each population's weakest member and mean against each
-single-agent run's adapter.
+both counts for neither; per benchmark and over every item of the benchmarks together (the
+models, pairs and statistics: docs/evaluation.md#held-out-evaluation-populora-evaluate).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import reduce
 
 import numpy as np
 import pandas as pd
@@ -61,15 +51,17 @@ def model_adapters(label: str, scores: pd.DataFrame, with_base: bool) -> dict[st
     return models
 
 
-def run_models(label: str, results: pd.DataFrame, with_base: bool) -> dict[str, pd.Series]:
-    """``model_adapters``' models, each with its score per (benchmark, item_id): 1.0 passed,
-    0.0 not; the population mean's, the share of members that passed."""
-    scores = item_scores(results)
-    members = [c for c in scores.columns if c != BASE]
-    return {
-        name: scores[m] if m is not None else scores[members].mean(axis=1)
-        for name, m in model_adapters(label, scores, with_base).items()
-    }
+def run_models(runs: Mapping[str, pd.DataFrame]) -> dict[str, pd.Series]:
+    """``model_adapters``' models of every run (label -> its ``results``; the first run's base model
+    is the base), each with its score per (benchmark, item_id): 1.0 passed, 0.0 not; a population
+    mean's, the share of members that passed."""
+    models: dict[str, pd.Series] = {}
+    for k, (label, results) in enumerate(runs.items()):
+        scores = item_scores(results)
+        members = [c for c in scores.columns if c != BASE]
+        for name, m in model_adapters(label, scores, with_base=k == 0).items():
+            models[name] = scores[m] if m is not None else scores[members].mean(axis=1)
+    return models
 
 
 def by_benchmark(frame: pd.DataFrame | pd.Series) -> list[tuple[str, pd.DataFrame | pd.Series]]:
@@ -79,14 +71,14 @@ def by_benchmark(frame: pd.DataFrame | pd.Series) -> list[tuple[str, pd.DataFram
     return [*parts, (ALL, frame)] if len(parts) > 1 else parts
 
 
-def compare(a: pd.Series, b: pd.Series, *, seed: int = 0, mcnemar: bool = True) -> list[dict]:
+def compare(a: pd.Series, b: pd.Series, *, mcnemar: bool = True) -> list[dict]:
     """``a`` against ``b`` on the items both have: per benchmark, then over all items;
     ``mcnemar``: both are single models (0/1 per item), so the exact test applies."""
     joined = pd.concat([a.rename("a"), b.rename("b")], axis=1, join="inner").dropna()
     rows = []
     for bench, part in by_benchmark(joined):
         x, y = part["a"].to_numpy(), part["b"].to_numpy()
-        iv = paired_bootstrap(x, y, rng=np.random.default_rng(seed))
+        iv = paired_bootstrap(x, y, rng=np.random.default_rng(0))
         binary = mcnemar and bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
         only_a, only_b = int(((x == 1) & (y == 0)).sum()), int(((x == 0) & (y == 1)).sum())
         rows.append(
@@ -106,12 +98,11 @@ def compare(a: pd.Series, b: pd.Series, *, seed: int = 0, mcnemar: bool = True) 
     return rows
 
 
-def paired_table(runs: Mapping[str, pd.DataFrame], single_agent: Sequence[str] = (), seed: int = 0) -> pd.DataFrame:
-    """Every comparison of the module's pairs over ``runs`` (label → its ``results``; the
-    first run's base model is the base). ``single_agent``: the labels of the baseline runs."""
-    models: dict[str, pd.Series] = {}
-    for k, (label, results) in enumerate(runs.items()):
-        models |= run_models(label, results, with_base=k == 0)
+def paired_table(runs: Mapping[str, pd.DataFrame], single_agent: Sequence[str] = ()) -> pd.DataFrame:
+    """``compare`` of each model of ``runs`` (``run_models``) against the base model, and of each
+    population's weakest members and mean against each single-agent run's adapter
+    (``single_agent``: the labels of those runs)."""
+    models = run_models(runs)
     pairs = [(name, "base model") for name in models if name != "base model" and "base model" in models]
     for pop in (label for label in runs if label not in single_agent):
         weakest = [f"{pop}: {w} (" for w in (WEAKEST, *WEAKEST_OF.values())]
@@ -121,7 +112,7 @@ def paired_table(runs: Mapping[str, pd.DataFrame], single_agent: Sequence[str] =
     rows = [
         {"a": a, "b": b, **row}
         for a, b in pairs
-        for row in compare(models[a], models[b], seed=seed, mcnemar=not a.endswith(MEAN) and not b.endswith(MEAN))
+        for row in compare(models[a], models[b], mcnemar=not a.endswith(MEAN) and not b.endswith(MEAN))
     ]
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -130,10 +121,8 @@ def on_shared_items(runs: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
     """``runs`` (label -> its ``results``) cut to the (benchmark, item) pairs every run was
     judged on: runs evaluated with different ``--limit``s compared on the items they share."""
     keys = {label: pd.MultiIndex.from_frame(r[["benchmark", "item_id"]]) for label, r in runs.items()}
-    shared = None
-    for index in keys.values():
-        shared = index.unique() if shared is None else shared.intersection(index)
-    if shared is None or shared.empty:
+    shared = reduce(pd.MultiIndex.intersection, keys.values())
+    if shared.empty:
         raise ValueError("the runs share no judged item")
     return {label: r[keys[label].isin(shared)] for label, r in runs.items()}
 
@@ -142,19 +131,14 @@ def model_intervals(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """pass@1 of every single model of ``runs`` (the first run's base model, each run's
     adapters; not the weakest-member and mean rows, which pick or pool) per benchmark and
     over all items: items, passed, and the 95% Wilson interval."""
-    models: dict[str, pd.Series] = {}
-    for k, (label, results) in enumerate(runs.items()):
-        chosen = run_models(label, results, with_base=k == 0).items()
-        models |= {name: s for name, s in chosen if not name.endswith(MEAN) and f": {WEAKEST} (" not in name}
     rows = []
-    for name, scores in models.items():
+    for name, scores in run_models(runs).items():
+        if name.endswith(MEAN) or f": {WEAKEST} (" in name:
+            continue
         scores = scores.dropna()
         for bench, part in by_benchmark(scores):
             iv = wilson(float(part.sum()), len(part))
-            rows.append(
-                {"model": name, "benchmark": bench, "n": len(part), "passed": int(part.sum())}
-                | {"pass@1": iv.value, "low": iv.low, "high": iv.high}
-            )
+            rows.append((name, bench, len(part), int(part.sum()), iv.value, iv.low, iv.high))
     return pd.DataFrame(rows, columns=["model", "benchmark", "n", "passed", "pass@1", "low", "high"])
 
 
@@ -179,10 +163,6 @@ def intervals_markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _fmt(value: object, spec: str) -> str:
-    return "–" if value is None or value != value else format(value, spec)
-
-
 def paired_markdown(table: pd.DataFrame) -> str:
     """The comparisons as a Markdown table."""
     lines = [
@@ -192,9 +172,10 @@ def paired_markdown(table: pd.DataFrame) -> str:
     ]
     for r in table.itertuples(index=False):
         discordant = "–" if r.only_a is None or r.only_a != r.only_a else f"{int(r.only_a)} / {int(r.only_b)}"
+        p = "–" if r.p_value != r.p_value else f"{r.p_value:.3g}"
         lines.append(
             f"| {r.a} | {r.b} | {r.benchmark} | {r.n} | {r.pass_a:.3f} | {r.pass_b:.3f} | "
-            f"{r.difference:+.3f} [{r.low:+.3f}, {r.high:+.3f}] | {discordant} | {_fmt(r.p_value, '.3g')} |"
+            f"{r.difference:+.3f} [{r.low:+.3f}, {r.high:+.3f}] | {discordant} | {p} |"
         )
     return "\n".join(lines)
 

@@ -1,8 +1,6 @@
-"""pass@1 (greedy) of the base model and of adapters on held-out benchmarks.
-
-Completions come from any generation backend (one batch mixing every adapter);
-code answers are judged in the sandbox pool, math answers by normalised equality.
-"""
+"""pass@1 (greedy) of the base model and of adapters on held-out benchmarks: completions from
+any generation backend (one batch mixing every adapter), code answers judged in the sandbox
+pool, math answers by their text judges."""
 
 from __future__ import annotations
 
@@ -21,6 +19,8 @@ from populora_core.sandbox import Job
 RESULT_COLUMNS = ["benchmark", "item_id", "adapter_id", "correct", "failure", "finish_reason", "detail", "completion"]
 """``failure``: why the answer failed, or ``passed`` (`failures.py`); ``finish_reason``: how
 its generation ended ("stop", "eos" or "length", the token cap)."""
+TIMEOUT_S = 20.0
+"""Seconds a judged program may run when its item sets no limit of its own."""
 
 
 class Verdict(NamedTuple):
@@ -35,16 +35,16 @@ def judge_answers(
     completions: Sequence[str],
     pool,
     *,
-    timeout_s: float = 20.0,
     finish_reasons: Sequence[str | None] | None = None,
 ) -> list[Verdict]:
     """A verdict per (item, completion) with its failure class; every program runs in ``pool``
-    in one batch (``timeout_s`` each, or the item's own ``timeout_s`` and ``memory_mb``:
+    in one batch (``TIMEOUT_S`` each, or the item's own ``timeout_s`` and ``memory_mb``:
     EvalPlus and LiveCodeBench items, whose harnesses limit every test). ``finish_reasons``
     (None: unknown) tell an answer cut at the token cap."""
     finish_reasons = finish_reasons or [None] * len(items)
-    verdicts: list[Verdict | tuple[int, str | None]] = []
+    verdicts: list[Verdict | None] = []
     jobs: list[Job] = []
+    runs: list[tuple[int, str | None]] = []  # per job: the index of its verdict, the answer's form class
     for item, completion, finish in zip(items, completions, finish_reasons, strict=True):
         if item.kind in TEXT_JUDGES:
             ok = judge_text(item, completion)
@@ -55,28 +55,21 @@ def judge_answers(
         if check is None:
             verdicts.append(Verdict(False, "no answer found", form or "no_code"))
             continue
-        verdicts.append((len(jobs), form))
-        limits = {"timeout_s": item.data.get("timeout_s", timeout_s), "memory_mb": item.data.get("memory_mb")}
+        runs.append((len(verdicts), form))
+        verdicts.append(None)
+        limits = {"timeout_s": item.data.get("timeout_s", TIMEOUT_S), "memory_mb": item.data.get("memory_mb")}
         jobs.append(Job(code=check[0], expr=check[1], **limits))
-    results = pool.run(jobs) if jobs else []
-    out = []
-    for v in verdicts:
-        if isinstance(v, Verdict):
-            out.append(v)
-            continue
-        r, form = results[v[0]], v[1]
+    for r, (at, form) in zip(pool.run(jobs) if jobs else [], runs, strict=True):
         ok = r.status == "ok" and r.value == "True"
         detail = "" if ok else f"{r.status}: {(r.error or r.value or '')[:200]}"
         failure = "passed" if ok else run_class(r) if r.status == "sandbox_failure" else form or run_class(r)
-        out.append(Verdict(ok, detail, failure))
-    return out
+        verdicts[at] = Verdict(ok, detail, failure)
+    return verdicts
 
 
-def judge(
-    items: Sequence[EvalItem], completions: Sequence[str], pool, *, timeout_s: float = 20.0
-) -> list[tuple[bool, str]]:
+def judge(items: Sequence[EvalItem], completions: Sequence[str], pool) -> list[tuple[bool, str]]:
     """(correct, detail) per (item, completion): ``judge_answers`` without the classes."""
-    return [(v.correct, v.detail) for v in judge_answers(items, completions, pool, timeout_s=timeout_s)]
+    return [(v.correct, v.detail) for v in judge_answers(items, completions, pool)]
 
 
 def evaluate(
@@ -86,7 +79,6 @@ def evaluate(
     pool,
     *,
     max_new_tokens: int,
-    timeout_s: float = 20.0,
     progress: str = "evaluate",
 ) -> pd.DataFrame:
     """Greedy completions of every item by every adapter (``BASE`` for the base model), judged
@@ -102,19 +94,9 @@ def evaluate(
     texts = [o[0].text for o in outputs]
     reasons = [o[0].finish_reason for o in outputs]
     flat_items = [i for _ in adapters for i in items]
-    verdicts = judge_answers(flat_items, texts, pool, timeout_s=timeout_s, finish_reasons=reasons)
-    rows = []
-    for req, item, text, reason, v in zip(requests, flat_items, texts, reasons, verdicts, strict=True):
-        rows.append(
-            {
-                "benchmark": item.benchmark,
-                "item_id": item.item_id,
-                "adapter_id": req.adapter,
-                "correct": v.correct,
-                "failure": v.failure,
-                "finish_reason": reason,
-                "detail": v.detail,
-                "completion": text,
-            }
-        )
+    verdicts = judge_answers(flat_items, texts, pool, finish_reasons=reasons)
+    rows = [
+        (item.benchmark, item.item_id, req.adapter, v.correct, v.failure, reason, v.detail, text)
+        for req, item, text, reason, v in zip(requests, flat_items, texts, reasons, verdicts, strict=True)
+    ]
     return pd.DataFrame(rows, columns=RESULT_COLUMNS)

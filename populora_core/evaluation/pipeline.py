@@ -1,17 +1,7 @@
-"""Held-out evaluation of a population snapshot, as resumable stages.
-
-One stage per benchmark writes that benchmark's judged completions to
-``eval/gen_NNNN/parts/<benchmark>-<settings>.parquet`` (skipped when the file
-exists, so a killed evaluation continues where it stopped; other settings or data
-never collide; delete the part, or the whole ``eval/gen_NNNN``, to judge again).
-Within a benchmark, every ``chunk_items`` items (× every model, one batch plan) are
-checkpointed in ``parts/<benchmark>-<settings>.chunks/`` until the part is whole, so a
-kill costs at most one chunk.
-The settings include the token cap actually used (the benchmark's default, or the
-caller's). The table stage joins the parts into ``results.parquet``,
-``pass_at_1.parquet`` (per benchmark), ``scores.parquet`` (per model, with the code
-and math averages and the population rows) and ``pass_at_1.md``. The comparison
-stage puts several runs' tables side by side in ``<first run>/eval/comparison.md``.
+"""Held-out evaluation of a population snapshot, as resumable stages
+(docs/evaluation.md#held-out-evaluation-populora-evaluate): one part per benchmark under
+``eval/gen_NNNN/parts/`` (checkpointed a chunk at a time), the tables of a run's parts, and
+the comparison of several runs in ``<first run>/eval/``.
 """
 
 from __future__ import annotations
@@ -23,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from populora_core.evaluation.benchmarks import default_max_new_tokens, load_benchmark
+from populora_core.evaluation.benchmarks import get_benchmark, load_benchmark
 from populora_core.evaluation.datasets import data_dir as default_data_dir
 from populora_core.evaluation.failure_tables import (
     class_counts,
@@ -44,7 +34,7 @@ from populora_core.evaluation.paired import (
 from populora_core.evaluation.pass_at_1 import RESULT_COLUMNS, evaluate
 from populora_core.evaluation.tables import (
     comparison,
-    comparison_markdown,
+    frame_markdown,
     markdown_table,
     pass_at_1,
     scores_table,
@@ -114,7 +104,7 @@ def evaluate_benchmark(
     from populora_core.engine import runtime_of
 
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()  # evaluation.datasets
-    max_new_tokens = max_new_tokens or default_max_new_tokens(benchmark)
+    max_new_tokens = max_new_tokens or get_benchmark(benchmark).max_new_tokens
     served = run.trained_adapter_dirs(generation)  # not evolution's untrained children
     adapters = [*([BASE] if include_base else []), *served]
     chunk = chunk or chunk_items(len(adapters))
@@ -203,10 +193,8 @@ def paired_report(
 
 def comparison_table(runs: Sequence[tuple[RunDir, int]], protocol: str = "standard") -> dict:
     """The population-versus-baseline table of several evaluated runs ((run, generation)
-    pairs, each with its ``pass_at_1.parquet``), written to ``<first run>/eval/comparison.md``
-    and ``comparison.parquet``; and their paired comparisons item by item (``paired``:
-    differences with paired bootstrap intervals, McNemar p-values, the weakest member's
-    verdict against each baseline) in ``paired.md`` and ``paired.parquet``."""
+    pairs, each with its ``pass_at_1.parquet``) in ``<first run>/eval/comparison.{md,parquet}``,
+    and ``paired_report``'s in ``paired.md``, ``paired.parquet`` and ``paired_failures.parquet``."""
     tables, results, single = {}, {}, []
     for run, generation in runs:
         path = run.eval_dir(generation, protocol) / "pass_at_1.parquet"
@@ -222,7 +210,7 @@ def comparison_table(runs: Sequence[tuple[RunDir, int]], protocol: str = "standa
     out = first.comparison_dir(protocol)
     write_parquet_atomic(frame.rename_axis("model").reset_index(), out / "comparison.parquet")
     title = "pass@1: population versus base model, " + ", ".join(tables) + protocol_title(protocol)
-    markdown = f"# {title}\n\n" + comparison_markdown(frame)
+    markdown = f"# {title}\n\n" + frame_markdown(frame, "model")
     write_text_atomic(markdown, out / "comparison.md")
     pairs, flips, paired = paired_report(results, single, f"{', '.join(tables)}{protocol_title(protocol)}")
     write_parquet_atomic(pairs, out / "paired.parquet")

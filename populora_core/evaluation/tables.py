@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from populora_core.evaluation.benchmarks import family
+from populora_core.evaluation.benchmarks import get_benchmark
 from populora_core.inference.base import BASE
 
 AGGREGATES: dict[str, str] = {"code average": "code", "math average": "math"}
@@ -39,7 +39,7 @@ def member_scores(table: pd.DataFrame) -> pd.DataFrame:
     benchmarks = list(dict.fromkeys(table["benchmark"]))
     wide = wide[benchmarks]
     for column, fam in AGGREGATES.items():
-        chosen = [b for b in benchmarks if family(b) == fam]
+        chosen = [b for b in benchmarks if get_benchmark(b).family == fam]
         if chosen:
             wide[column] = wide[chosen].mean(axis=1)
     return wide
@@ -58,7 +58,8 @@ def scores_table(table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([scores, population_rows(scores)]).rename_axis("adapter_id")
 
 
-def _markdown(frame: pd.DataFrame, label: str) -> str:
+def frame_markdown(frame: pd.DataFrame, label: str) -> str:
+    """``frame`` as a Markdown table, its index the first column (headed ``label``), to 3 decimals."""
     lines = [f"| {label} | " + " | ".join(frame.columns) + " |", "|---" * (len(frame.columns) + 1) + "|"]
     for name, row in frame.iterrows():
         cells = ("–" if pd.isna(v) else f"{v:.3f}" for v in row)
@@ -69,7 +70,7 @@ def _markdown(frame: pd.DataFrame, label: str) -> str:
 def markdown_table(table: pd.DataFrame) -> str:
     """pass@1 as a Markdown table: one row per model and population statistic, one column
     per benchmark, then the code and math averages."""
-    return _markdown(scores_table(table), "adapter")
+    return frame_markdown(scores_table(table), "adapter")
 
 
 def comparison(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -87,7 +88,3 @@ def comparison(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     frame = pd.DataFrame(rows).T
     aggregates = [c for c in AGGREGATES if c in frame.columns]
     return frame[[c for c in frame.columns if c not in AGGREGATES] + aggregates].astype(np.float64)
-
-
-def comparison_markdown(frame: pd.DataFrame) -> str:
-    return _markdown(frame, "model")

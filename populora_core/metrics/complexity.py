@@ -7,12 +7,21 @@ depth is the longest root-to-leaf path of Python's own AST.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from radon.metrics import h_visit_ast
 from radon.raw import analyze
 from radon.visitors import ComplexityVisitor
 
 from populora_core.rundir.schemas import METRIC_NAMES
+
+
+def parse(source: str) -> ast.Module | None:
+    """The module's syntax tree, or None when it does not parse (nothing is run)."""
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def ast_depth(tree: ast.AST) -> int:
@@ -28,23 +37,19 @@ def ast_depth(tree: ast.AST) -> int:
 
 def complexity_metrics(source: str) -> dict[str, float]:
     """The four metrics of ``source``; NaN for each that cannot be computed."""
-    nan = float("nan")
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return dict.fromkeys(METRIC_NAMES, nan)
+    tree = parse(source)
+    if tree is None:
+        return dict.fromkeys(METRIC_NAMES, float("nan"))
+    by_radon: dict[str, Callable[[], float]] = {
+        # functions and methods summed, module-level branches included (radon's total)
+        "cyclomatic": lambda: max(1, ComplexityVisitor.from_ast(tree).total_complexity),
+        "loc": lambda: analyze(source).sloc,
+        "halstead": lambda: h_visit_ast(tree).total.volume,
+    }
     metrics = {"ast_depth": float(ast_depth(tree))}
-    try:
-        # Functions and methods summed, module-level branches included (radon's total).
-        metrics["cyclomatic"] = float(max(1, ComplexityVisitor.from_ast(tree).total_complexity))
-    except Exception:  # noqa: BLE001 - radon on odd code must not stop a run
-        metrics["cyclomatic"] = nan
-    try:
-        metrics["loc"] = float(analyze(source).sloc)
-    except Exception:  # noqa: BLE001
-        metrics["loc"] = nan
-    try:
-        metrics["halstead"] = float(h_visit_ast(tree).total.volume)
-    except Exception:  # noqa: BLE001
-        metrics["halstead"] = nan
+    for name, compute in by_radon.items():
+        try:
+            metrics[name] = float(compute())
+        except Exception:  # noqa: BLE001 - radon on odd code must not stop a run
+            metrics[name] = float("nan")
     return metrics

@@ -1,9 +1,10 @@
-"""Coverage of problem space: a CVT archive over a descriptor of each valid problem.
+"""Coverage of problem space: a CVT archive over a descriptor of each valid problem
+(docs/task-types.md#coverage).
 
 Descriptor (8 numbers, each in [0, 1]) of a program's source:
 
     depth      AST depth                 log(1 + u) / log(1 + U), u = value − floor,
-    branches   cyclomatic complexity     U calibrated (see below), clipped to [0, 1]
+    branches   cyclomatic complexity     U calibrated (``calibrate``), clipped to [0, 1]
     lines      source lines
     volume     log(1 + Halstead volume)  u / U (already a logarithm)
     control    3 × share of AST nodes that are control flow (if, for, while, try, with, return, …)
@@ -11,20 +12,8 @@ Descriptor (8 numbers, each in [0, 1]) of a program's source:
     calls      3 × share that are calls, lambdas or function definitions
     arith      3 × share that are arithmetic, comparison or boolean operators
 
-Calibration: U is twice the largest u over a fixed reference corpus of human-written
-programs (the 800 CRUXEval functions and the 974 MBPP solutions,
-``REFERENCE_CALIBRATION``; ``calibrate`` recomputes it): AST depth up to 32, 31
-branches, 99 lines, Halstead volume ~270,000 before an entry clips, where the old
-fixed scales clipped at depth 12, 8 branches, 25 lines and volume 1,000, which 7B
-models' programs pass. The logarithm keeps small programs (most of what small models
-write) spread out. So coverage stays comparable across runs and model sizes. A run
-stores the calibration it measured with (``cvt_calibration.json``).
-
-The first four say how big and branchy a program is, the last four what it is
-made of; ``return x * 3`` and a nested loop over a dict land in different cells.
-Centroids come from pyribs' ``CVTArchive`` (k-means over uniform samples of the
-unit cube, seeded by the run seed), computed once per run and stored; coverage is
-the share of cells holding at least one valid problem.
+Coverage is the share of the archive's cells (pyribs' ``CVTArchive`` centroids, seeded by
+the run seed and stored) holding at least one valid problem.
 """
 
 from __future__ import annotations
@@ -35,8 +24,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from populora_core.metrics.complexity import complexity_metrics
-from populora_core.rundir.schemas import DESCRIPTOR_NAMES
+from populora_core.metrics.complexity import complexity_metrics, parse
+from populora_core.rundir.schemas import DESCRIPTOR_NAMES, METRIC_NAMES
 
 _CONTROL = (
     ast.If,
@@ -68,9 +57,9 @@ _CALLS = (ast.Call, ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)
 _ARITH = (ast.BinOp, ast.UnaryOp, ast.AugAssign, ast.Compare, ast.BoolOp)
 
 
-SIZE_METRICS: tuple[str, ...] = ("ast_depth", "cyclomatic", "loc", "halstead")
 FLOORS: dict[str, float] = {"ast_depth": 4.0, "cyclomatic": 1.0, "loc": 1.0, "halstead": 0.0}
-"""The smallest value of each size metric (``def f(): return 1`` has AST depth 4); Halstead as log(1 + V)."""
+"""The smallest value of each complexity metric, the descriptor's sizes (``def f(): return 1`` has AST depth 4);
+Halstead as log(1 + V)."""
 
 Calibration = dict[str, float]
 """Size metric → U, twice the largest value − floor over a reference corpus."""
@@ -92,13 +81,13 @@ def calibrate(programs: Iterable[str]) -> Calibration:
     rows = [complexity_metrics(p) for p in programs]
     return {
         k: round(2.0 * max(max(0.0, _size(k, m) - FLOORS[k]) for m in rows if not math.isnan(m[k])), 2)
-        for k in SIZE_METRICS
+        for k in METRIC_NAMES
     }
 
 
 def _calibrated_sizes(m: dict[str, float], calibration: Calibration) -> list[float]:
     out = []
-    for k in SIZE_METRICS:
+    for k in METRIC_NAMES:
         u, top = max(0.0, _size(k, m) - FLOORS[k]), calibration[k]
         out.append(min(1.0, u / top if k == "halstead" else math.log1p(u) / math.log1p(top)))
     return out
@@ -107,9 +96,8 @@ def _calibrated_sizes(m: dict[str, float], calibration: Calibration) -> list[flo
 def descriptor(source: str, calibration: Calibration = REFERENCE_CALIBRATION) -> np.ndarray | None:
     """The 8-number descriptor of ``source`` (see the module docstring), the size entries
     calibrated by ``calibration``; None if it does not parse."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = parse(source)
+    if tree is None:
         return None
     m = complexity_metrics(source)
     nodes = list(ast.walk(tree))
@@ -135,25 +123,19 @@ def cvt_centroids(cells: int, seed: int, samples: int = 20_000) -> np.ndarray:
     return np.asarray(archive.centroids, dtype=np.float64)
 
 
-def cells_of(descriptors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
-    """The index of the nearest centroid of each descriptor row, shape (N,)."""
-    if len(descriptors) == 0:
-        return np.zeros(0, dtype=np.int64)
-    from ribs.archives import CVTArchive
-
-    archive = CVTArchive(solution_dim=1, centroids=centroids, ranges=[(0.0, 1.0)] * centroids.shape[1])
-    return np.asarray(archive.index_of(np.asarray(descriptors, dtype=np.float64)), dtype=np.int64)
-
-
 def problem_cells(
     programs: Sequence[str], centroids: np.ndarray, calibration: Calibration = REFERENCE_CALIBRATION
 ) -> np.ndarray:
-    """CVT cell per program (−1 for a program that does not parse)."""
+    """CVT cell per program, the index of its descriptor's nearest centroid (−1 for a program
+    that does not parse)."""
     rows = [descriptor(p, calibration) for p in programs]
     ok = [i for i, d in enumerate(rows) if d is not None]
     out = np.full(len(rows), -1, dtype=np.int64)
     if ok:
-        out[ok] = cells_of(np.stack([rows[i] for i in ok]), centroids)
+        from ribs.archives import CVTArchive
+
+        archive = CVTArchive(solution_dim=1, centroids=centroids, ranges=[(0.0, 1.0)] * centroids.shape[1])
+        out[ok] = archive.index_of(np.stack([rows[i] for i in ok]))
     return out
 
 

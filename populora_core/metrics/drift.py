@@ -1,10 +1,6 @@
-"""Drift: how far each adapter's behaviour has moved from the base model's.
-
-Every adapter and the base answer the probe set greedily (``problems.probes``); an
-item has drifted when the adapter's completion differs from the base's. Loss curves
-and ΔW norms can move while behaviour stays put (Adam moves every parameter by about
-the learning rate per step, whatever the gradient): greedy completions equal to the
-base's on every item mean the updates changed nothing a user would see.
+"""Drift: how far each adapter's behaviour has moved from the base model's
+(docs/evaluation.md#does-each-member-learn): an item has drifted when the adapter's greedy
+completion of a probe (``problems.probes``) differs from the base's.
 """
 
 from __future__ import annotations
@@ -27,18 +23,14 @@ def drift_table(answers: pd.DataFrame) -> pd.DataFrame:
     """Per adapter (``answers``: adapter_id, problem_id, completion, status; the base's
     rows under ``inference.BASE``): items, changed share (completion ≠ the base's) and
     greedy pass rate, each with its Wilson interval. The base's row has changed 0."""
-    answers = answers.assign(changed=changed_from_base(answers))
-    rows = []
-    for adapter_id, part in answers.groupby("adapter_id", sort=False):
-        n = len(part)
-        changed = int(part["changed"].sum())
-        passed = int((part["status"] == "correct").sum())
-        rows.append(
-            {
-                "adapter_id": adapter_id,
-                "items": n,
-                **wilson(changed, n).as_dict("changed"),
-                **wilson(passed, n).as_dict("pass_rate"),
-            }
-        )
+    answers = answers.assign(changed=changed_from_base(answers), passed=answers["status"] == "correct")
+    rows = [
+        {
+            "adapter_id": adapter_id,
+            "items": len(part),
+            **wilson(int(part["changed"].sum()), len(part)).as_dict("changed"),
+            **wilson(int(part["passed"].sum()), len(part)).as_dict("pass_rate"),
+        }
+        for adapter_id, part in answers.groupby("adapter_id", sort=False)
+    ]
     return pd.DataFrame(rows)

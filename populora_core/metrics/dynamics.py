@@ -1,20 +1,6 @@
-"""Measures of self-play dynamics: is a run collapsing onto trivial programs, or
-oscillating in an arms race?
-
-- ``program_kind``: what a program's ``f`` returns, read from its AST: ``identity``
-  (one of its arguments, unchanged), ``constant`` (an expression of no argument), or
-  ``other``.
-- ``triviality``: over a set of valid programs, the shares that are identities or
-  constants, whose gold output equals their input, whose AST depth is at most
-  ``TRIVIAL_DEPTH`` (``return x * 3`` has depth 6, a loop with a branch 7+), and
-  distinct programs per program. A collapsing single agent drives the first
-  three up and the last down (the PopuLoRA paper's ``return x * 3``).
-- ``oscillation``: of a per-generation series (the fresh-problem solve rate),
-  direction reversals per step, the standard deviation around its linear trend
-  and the lag-1 autocorrelation of the detrended series: a monotone climb has no
-  reversals and a positive autocorrelation, an arms race alternates (many
-  reversals, negative autocorrelation).
-"""
+"""Measures of self-play dynamics (docs/evaluation.md#analysis-populora-analyze): is a run
+collapsing onto trivial programs (``triviality``), or oscillating in an arms race
+(``oscillation``)?"""
 
 from __future__ import annotations
 
@@ -25,23 +11,19 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from populora_core.metrics.complexity import parse
+
 TRIVIAL_DEPTH = 6
 """Programs whose AST depth is at most this are counted as trivial (``def f(x): return x * 3``)."""
 
 ProgramKind = Literal["identity", "constant", "other", "unparsed"]
 
 
-def _function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
-    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
-
-
 def program_kind(source: str, name: str = "f") -> ProgramKind:
     """``identity`` when ``name`` only returns one of its arguments, ``constant`` when it only
     returns an expression that reads none of them, else ``other``."""
-    try:
-        fn = _function(ast.parse(source), name)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return "unparsed"
+    tree = parse(source)
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None) if tree else None
     if fn is None:
         return "unparsed"
     body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]  # docstrings
@@ -83,7 +65,9 @@ def trivial_flags(programs: Sequence[str], depths: Sequence[float]) -> dict[str,
 def triviality(
     programs: Sequence[str], inputs: Sequence[Sequence[str]], outputs: Sequence[Sequence[str]], depths: Sequence[float]
 ) -> dict[str, float]:
-    """Shares of ``programs`` (valid ones, one row each) that look trivial; NaN when empty."""
+    """Shares of ``programs`` (valid ones, one row each) that are identities or constants, whose
+    gold output equals their input, of AST depth at most ``TRIVIAL_DEPTH``, and distinct programs
+    per program (a collapsing single agent drives the shares up and the last down); NaN when empty."""
     n = len(programs)
     if n == 0:
         return dict.fromkeys(("identity", "constant", "output_is_input", "shallow", "distinct"), float("nan"))

@@ -37,7 +37,7 @@ def test_a_gain_on_the_same_items_is_seen_through_the_pairing():
     ours = base.copy()
     ours[np.flatnonzero(base == 0)[:20]] = 1  # 20 more items passed, none lost
     res = _results({"__base__": {"humanevalplus": list(base)}, "m": {"humanevalplus": list(ours)}})
-    models = run_models("R", res, with_base=True)
+    models = run_models({"R": res})
     [row] = compare(models["R: m"], models["base model"])
     assert row["n"] == 200 and row["difference"] == pytest.approx(0.1) and row["low"] > 0.05
     assert (row["only_a"], row["only_b"]) == (20, 0) and row["p_value"] == pytest.approx(2 / 2**20)
@@ -52,7 +52,7 @@ def test_the_weakest_member_is_the_lowest_over_all_items_and_is_judged_against_t
         }
     )
     baseline = _results({"s": {"humanevalplus": [0, 0, 0, 0], "mbppplus": [0, 0, 0, 0]}})
-    models = run_models("P", pop, with_base=True)
+    models = run_models({"P": pop})
     assert "P: weakest member (b)" in models
     assert models["P: population mean"].tolist() == [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.0]
     table = paired_table({"P": pop, "S": baseline}, single_agent=["S"])
@@ -120,7 +120,7 @@ def test_the_held_out_claim_is_read_for_students_and_teachers_separately():
         }
     )
     baseline = _results({"agent-g0000-0": {"humanevalplus": [0, 0, 0, 0, 0, 0, 0, 0]}})
-    models = run_models("P", pop, with_base=False)
+    models = run_models({"P": pop})
     assert "P: weakest member (teacher-g0000-0)" in models
     assert "P: weakest student (student-g0000-1)" in models and "P: weakest teacher (teacher-g0000-0)" in models
     verdicts = weakest_verdict(paired_table({"P": pop, "S": baseline}, single_agent=["S"]))
@@ -128,4 +128,4 @@ def test_the_held_out_claim_is_read_for_students_and_teachers_separately():
     assert verdicts["P: weakest student (student-g0000-1) vs S: agent-g0000-0"] == "supports"
     assert "P: weakest teacher (teacher-g0000-0) vs S: agent-g0000-0" in verdicts
     # one role only (the single agent, or a run of students): no per-role rows
-    assert not any("weakest student" in m for m in run_models("S", baseline, with_base=False))
+    assert not any("weakest student" in m for m in run_models({"S": baseline}))

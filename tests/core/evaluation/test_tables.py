@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from populora_core.evaluation import pipeline
-from populora_core.evaluation.benchmarks import BENCHMARKS, default_max_new_tokens, family, get_benchmark
+from populora_core.evaluation.benchmarks import BENCHMARKS, get_benchmark
 from populora_core.evaluation.tables import comparison, markdown_table, pass_at_1, scores_table
 from populora_core.rundir.layout import RunLayout
 from tests.core.evaluation.conftest import DATA
@@ -109,9 +109,9 @@ def test_comparison_table_is_written_beside_the_first_run(tmp_path):
 
 
 def test_token_caps_are_per_benchmark_and_name_the_parts(tmp_path):
-    assert default_max_new_tokens("humanevalplus") == 512 and default_max_new_tokens("gsm8k") == 768
-    assert default_max_new_tokens("math500") == 1024 and default_max_new_tokens("aime25") == 2048
-    assert {family(b) for b in BENCHMARKS} == {"code", "math", "code reasoning"}
+    caps = {b: get_benchmark(b).max_new_tokens for b in BENCHMARKS}
+    assert caps["humanevalplus"] == 512 and caps["gsm8k"] == 768 and caps["math500"] == 1024 and caps["aime25"] == 2048
+    assert {get_benchmark(b).family for b in BENCHMARKS} == {"code", "math", "code reasoning"}
     run = _Run(tmp_path / "R")
     for cap, expected in ((None, "t2048"), (64, "t64")):  # a part already judged is found by its settings
         key = pipeline.settings_key(tmp_path, None, 2048 if cap is None else cap, True, pipeline.chunk_items(3))
