@@ -5,7 +5,8 @@
 #
 #   scripts/install.sh VENV PACKAGE...     e.g. scripts/install.sh .venv -e '.[dev,bench]'
 #
-# uv itself comes from PyPI into the venv (pinned). POPULORA_PIP=1 uses pip instead.
+# uv itself comes from PyPI into the venv (pinned). POPULORA_PIP=1 uses pip instead, as does a
+# failed uv install (said on stderr).
 set -euo pipefail
 venv=$1
 shift
@@ -13,7 +14,7 @@ UV_VERSION=0.13.8
 if [ "${POPULORA_PIP:-0}" = 1 ]; then
   exec "$venv/bin/pip" install -q "$@"
 fi
-"$venv/bin/pip" install -q "uv==$UV_VERSION"
+"$venv/bin/pip" install -q "uv==$UV_VERSION" || exec "$venv/bin/pip" install -q "$@"
 args=(--python "$venv/bin/python" --index-strategy unsafe-best-match)
 # pip's settings (pip.conf and PIP_* variables), e.g. `find-links=/opt/wheels`: key='v1 v2'
 while IFS= read -r line; do
@@ -32,4 +33,7 @@ while IFS= read -r line; do
   done
 done < <("$venv/bin/pip" config list 2>/dev/null || true)
 export UV_CACHE_DIR=${UV_CACHE_DIR:-$HOME/.cache/populora/uv}
-"$venv/bin/uv" pip install -q "${args[@]}" "$@"
+if ! "$venv/bin/uv" pip install -q "${args[@]}" "$@"; then
+  echo "install: uv could not install $* (above); installing with pip instead" >&2
+  "$venv/bin/pip" install -q "$@"
+fi
