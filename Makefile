@@ -91,9 +91,10 @@ test-fast: setup
 	$(BIN)/pytest -q -m "not slow and not docker and not vllm and not heavy"
 
 ## test-slow: the tests marked slow (a SIGKILL during every stage; the paper run killed mid-generation and on Ray;
-## a fresh vLLM server repeating seeded samples; every item of the benchmark sweeps; the full sandbox flood)
+## a fresh vLLM server repeating seeded samples; every item of the benchmark sweeps; the full sandbox flood; every
+## benchmark script's --quick form, external_engine.py's in .venv-ov)
 test-slow:
-	@$(MAKE) --no-print-directory -j2 setup vllm-env
+	@$(MAKE) --no-print-directory -j2 setup vllm-env ov-env
 	@./scripts/system_deps.sh docker
 	@./scripts/dockerd.sh start
 	@./docker/build_image.sh
@@ -114,7 +115,7 @@ dockerd-stop:
 sandbox-image: dockerd
 	@./docker/build_image.sh
 
-## bench: every benchmark script, full size (bench-quick: the --quick variants)
+## bench: seven benchmark scripts, full size
 bench: setup dockerd sandbox-image
 	$(BIN)/python benchmarks/verifier_throughput.py
 	$(BIN)/python benchmarks/evolution_operators.py --repeats 5
@@ -124,14 +125,10 @@ bench: setup dockerd sandbox-image
 	$(BIN)/python benchmarks/storage.py
 	$(BIN)/python benchmarks/cluster_scaling.py
 
-bench-quick: setup dockerd sandbox-image
-	$(BIN)/python benchmarks/verifier_throughput.py --quick
-	$(BIN)/python benchmarks/evolution_operators.py --quick
-	$(BIN)/python benchmarks/population_overhead.py --quick
-	$(BIN)/python benchmarks/grpo_step.py --quick
-	$(BIN)/python benchmarks/orchestration_overhead.py --repeats 1
-	$(BIN)/python benchmarks/storage.py --quick
-	$(BIN)/python benchmarks/cluster_scaling.py --quick
+## bench-quick: every benchmark script's --quick form, one after another, each final JSON line printed: the slow
+## test of tests/test_benchmark_scripts.py (its QUICK table lists the arguments), which `make test-slow` runs too
+bench-quick: setup vllm-env ov-env dockerd sandbox-image
+	$(BIN)/pytest -q -s -m slow tests/test_benchmark_scripts.py -k runs_its_quick_form
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(OV_VENV) .pytest_cache .ruff_cache

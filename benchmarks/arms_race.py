@@ -11,6 +11,7 @@ headline figures, the median wall-clock of a generation of each, and ``pair_wall
 this invocation's wall-clock per generation of both (goal: ≤ ~6 min on 2 cores).
 
     python benchmarks/arms_race.py --generations 30 [--preset cpu-arms-race] [--out runs/arms-race]
+    python benchmarks/arms_race.py --quick       # cpu-tiny, 1 generation each, into a new temporary --out
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -93,10 +95,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--generations", type=int, default=4)
     parser.add_argument("--preset", default="cpu-arms-race")
-    parser.add_argument("--out", default="runs/arms-race")
+    parser.add_argument("--out", help="the runs and the report (default runs/arms-race; --quick: a new temporary one)")
     parser.add_argument("--sequential", action="store_true", help="both runs in this process, alternating")
+    parser.add_argument("--quick", action="store_true", help="cpu-tiny and its baseline, 1 generation each")
     parser.add_argument("--only", help=argparse.SUPPRESS)  # a child of the side-by-side mode
     args = parser.parse_args()
+    if args.quick:
+        args.preset, args.generations = "cpu-tiny", 1
+    args.out = args.out or (tempfile.mkdtemp(prefix="arms-race-quick-") if args.quick else "runs/arms-race")
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ timing. Per stage and in all. Final line: JSON with both medians and
 ``population_over_baseline`` (goal for comparison: the paper's 1.31).
 
     python benchmarks/generation_cost.py [--preset cpu-arms-race] [--repeats 1] [--matching total|per_adapter]
+    python benchmarks/generation_cost.py --quick    # cpu-tiny, once each
 
 ``--matching`` names the definition the figure is under: ``total`` (the default here: the
 paper's 1.31× compares generations of the same total budget) or ``per_adapter`` (the
@@ -41,6 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="cpu-arms-race")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="cpu-tiny and its baseline, one repeat")
     parser.add_argument(
         "--matching",
         choices=["total", "per_adapter"],
@@ -49,6 +51,8 @@ def main() -> None:
         "per_adapter (the claims' definition: one member's work)",
     )
     args = parser.parse_args()
+    if args.quick:
+        args.preset, args.repeats = "cpu-tiny", 1
 
     from prefect import flow
 

@@ -25,7 +25,7 @@ It imports only torch, transformers, peft, pandas and the project's generation, 
 evolution and shape modules (a test checks this), and prints one final JSON line.
 
     python benchmarks/gpu_check.py                 # 7B shapes, bf16, on cuda (minutes); refuses the CPU
-    python benchmarks/gpu_check.py --tiny          # a tiny model of the same family, on CPU
+    python benchmarks/gpu_check.py --tiny          # a tiny model of the same family, on CPU (or --quick)
 
 It runs from any directory with only torch, transformers, peft, pandas and pyarrow installed
 (it puts the repository on ``sys.path`` itself). Without a GPU it stops at once and says why
@@ -291,7 +291,9 @@ def why_no_gpu() -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tiny", action="store_true", help="a tiny model of the same family, on CPU (CI)")
+    ap.add_argument(
+        "--tiny", "--quick", action="store_true", dest="tiny", help="a tiny model of the same family, on CPU (CI)"
+    )
     ap.add_argument("--device", default=None, help="default: cuda (refused without a GPU); with --tiny, cpu")
     ap.add_argument("--adapters", type=int, default=8)
     ap.add_argument("--rank", type=int, default=32)

@@ -20,6 +20,8 @@ judge at its end.
     python benchmarks/learning_check.py [--engine both|ours|trl|report] [--steps 10] [--quick]
         [--data DIR] [--out docs/results/learning-check]
 
+--quick writes under a new temporary directory unless --out is given (never over the results).
+
 The engines may run as two processes side by side (``--engine ours`` and ``--engine
 trl`` with ``--threads 1`` each); ``--engine report`` then combines what --out holds.
 A killed engine continues where it stopped when started again with the same --out
@@ -68,6 +70,8 @@ from populora_core.training.fixed_pool import (
 
 ADAPTER = "student"
 CONTROL = "control"
+RESULTS = Path("docs/results/learning-check")
+"""The default --out (from the repository root): the committed results."""
 
 
 def log(msg: str) -> None:
@@ -105,7 +109,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: the preset's)")
     ap.add_argument("--micro-batch", type=int, default=0, help="sequences per forward/backward (0: the preset's)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=Path("docs/results/learning-check"))
+    ap.add_argument(
+        "--out", type=Path, default=None, help="default docs/results/learning-check; --quick: a new temporary one"
+    )
     ap.add_argument("--quick", action="store_true", help="SmolLM2-135M, 2 steps, 8 held-out items: plumbing only")
     args = ap.parse_args(argv)
     if args.engine != "report":
@@ -115,6 +121,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         require(["cruxeval"], args.data)  # names `populora data download cruxeval` when missing
     if args.quick:
         args.steps, args.problems, args.samples, args.heldout, args.last, args.minibatches = 2, 2, 2, 8, 1, 1
+    if args.out is None:
+        args.out = Path(tempfile.mkdtemp(prefix="learning-check-quick-")) if args.quick else RESULTS
+        log(f"writing under {args.out}")
     return args
 
 

@@ -165,9 +165,14 @@ def main() -> None:
     ap.add_argument("--model", default="embedded:qwen2.5-coder-0.5b-instruct")
     ap.add_argument("--items", type=int, default=32, help="items per benchmark for the model answers (0: none)")
     ap.add_argument("--max-new-tokens", type=int, default=512)
+    ap.add_argument("--quick", action="store_true", help="the reference answers only: no model, no --answers")
     args = ap.parse_args()
     data_dir = args.data_dir or default_data_dir()
-    answers = model_answers(args.answers, data_dir, args.model, args.items, args.max_new_tokens)
+    answers = (
+        pd.DataFrame()
+        if args.quick
+        else model_answers(args.answers, data_dir, args.model, args.items, args.max_new_tokens)
+    )
     theirs = math_verify_judge()
     figures: dict[str, dict] = {}
 

@@ -14,13 +14,16 @@ For each operator (default settings, seed 0):
   moves towards a target in 10 Adam steps at lr 1e-5, relative to its parent, for the
   parent-scaled write-back (what the operators do) and a balanced one (√S each).
 
-    python benchmarks/operator_checks.py
+    python benchmarks/operator_checks.py [--quick]
+
+--quick: parents moved by 50 steps instead of 200 (plumbing: not the figures docs/benchmarks.md reports).
 
 Prints a table on stderr and one final JSON line on stdout.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -52,8 +55,8 @@ def log(msg: str) -> None:
     print(f"[operator_checks] {msg}", file=sys.stderr, flush=True)
 
 
-def trained(seed: int) -> LoraAdapter:
-    """A run's initial adapter after 200 Adam steps towards a random target ΔW."""
+def trained(seed: int, steps: int = 200) -> LoraAdapter:
+    """A run's initial adapter after ``steps`` Adam steps towards a random target ΔW."""
     config = PopulationConfig(rank=8, alpha=16.0)
     young = init_adapter(lora_shapes(SHAPE, config.target_modules), config, torch.Generator().manual_seed(seed))
     gen = torch.Generator().manual_seed(100 + seed)
@@ -62,7 +65,7 @@ def trained(seed: int) -> LoraAdapter:
         A, B = f.A.clone().requires_grad_(True), f.B.clone().requires_grad_(True)
         target = 0.02 * torch.randn((B.shape[0], A.shape[1]), generator=gen) / A.shape[1] ** 0.5
         opt = torch.optim.Adam([A, B], lr=1e-3)
-        for _ in range(200):
+        for _ in range(steps):
             opt.zero_grad()
             (young.scaling * B @ A - target).pow(2).sum().backward()
             opt.step()
@@ -94,7 +97,11 @@ def formula_error(name: str, a: LoraAdapter, b: LoraAdapter, child: LoraAdapter,
 
 
 def main() -> None:
-    a, b = trained(1), trained(2)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="parents trained 50 steps, not 200")
+    args = parser.parse_args()
+    steps = 50 if args.quick else 200
+    a, b = trained(1, steps), trained(2, steps)
     gen = torch.Generator().manual_seed(9)
     targets = {n: 0.01 * torch.randn(a.delta(n).shape, generator=gen) for n in a.modules}
     parent_speed = learning_speed(a, targets, steps=10, lr=1e-5)
@@ -127,7 +134,7 @@ def main() -> None:
             f"{row['dead']}  {row['formula_error']}  "
             f"{row.get('speed_vs_parent')}, {row.get('balanced_speed_vs_parent')}"
         )
-    print(json.dumps({"rank": a.rank, "modules": len(a.modules), "operators": figures}))
+    print(json.dumps({"quick": args.quick, "rank": a.rank, "modules": len(a.modules), "operators": figures}))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@ once per process, not per generation). The direct path's frames are checked equa
 to the flow's artifacts. Final line: JSON with both median wall-clocks and
 ``overhead_ratio`` (flow / direct). Goal: ≤ 1.03.
 
-    python benchmarks/orchestration_overhead.py [--repeats 7] [--preset cpu-tiny]
+    python benchmarks/orchestration_overhead.py [--repeats 7] [--preset cpu-tiny] [--quick]
+
+--quick: one repeat (the same as ``--repeats 1``).
 """
 
 from __future__ import annotations
@@ -78,7 +80,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--preset", default="cpu-tiny")
     parser.add_argument("--pause", type=float, default=2.0, help="seconds of idle before each pair of runs")
+    parser.add_argument("--quick", action="store_true", help="one repeat")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats = 1
 
     from prefect import flow
 

@@ -7,6 +7,7 @@ strings and cpu-small's token caps; the sandbox judges every answer and validate
 every proposal. Run it on two revisions to compare prompts:
 
     python benchmarks/prompt_format.py [--problems 16] [--samples 2] [--proposals 4]
+    python benchmarks/prompt_format.py --quick      # cpu-tiny (SmolLM2-135M), 2 problems, 1 proposal: plumbing
     git worktree add /tmp/before REV && PYTHONPATH=/tmp/before python benchmarks/prompt_format.py
 
 (``PYTHONPATH`` makes the other revision's ``populora_core`` the one imported.) It also
@@ -63,7 +64,10 @@ def main() -> None:
     ap.add_argument("--no-stop-check", action="store_true", help="skip decoding without the stop string")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: the preset's)")
+    ap.add_argument("--quick", action="store_true", help="cpu-tiny, 2 problems of 1 sample, 1 proposal per task type")
     args = ap.parse_args()
+    if args.quick:
+        args.preset, args.problems, args.samples, args.proposals = "cpu-tiny", 2, 1, 1
     from populora_core.evaluation.datasets import data_dir, require
 
     args.data = args.data or data_dir()

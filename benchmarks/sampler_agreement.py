@@ -8,6 +8,7 @@ same adapters in each of ``--learner-dtypes``; the gap |log π_sampler − log �
 every sampled token is what ``train_metrics.sampler_gap_*`` records at an update.
 
     .venv/bin/python benchmarks/sampler_agreement.py [--vllm-dtype bfloat16] [--device cuda]
+    .venv/bin/python benchmarks/sampler_agreement.py --quick     # 2 rank-8 adapters, 4 requests of 16 tokens
 
 Final line (JSON): per learner dtype, the mean, 99th percentile and maximum gap, the ratio
 π_learner / π_sampler's spread and maximum, and the share of tokens beyond GRPO's clip (1.2).
@@ -58,7 +59,10 @@ def main() -> None:
     ap.add_argument("--vllm-dtype", default="float32")
     ap.add_argument("--learner-dtypes", default="float32,bfloat16")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--quick", action="store_true", help="2 rank-8 adapters, 4 requests of 16 tokens")
     args = ap.parse_args()
+    if args.quick:
+        args.adapters, args.rank, args.requests, args.tokens = 2, 8, 4, 16
 
     path = resolve_model(args.model)
     model, tokenizer = load_model(path, dtype="float32")
