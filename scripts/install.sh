@@ -16,22 +16,36 @@ if [ "${POPULORA_PIP:-0}" = 1 ]; then
 fi
 "$venv/bin/pip" install -q "uv==$UV_VERSION" || exec "$venv/bin/pip" install -q "$@"
 args=(--python "$venv/bin/python" --index-strategy unsafe-best-match)
-# pip's settings (pip.conf and PIP_* variables), e.g. `find-links=/opt/wheels`: key='v1 v2'
-while IFS= read -r line; do
-  key=${line%%=*}
-  key=${key##*.}
-  values=${line#*=}
-  values=${values//\'/}
-  for v in $values; do
-    case $key in
-      find-links) args+=(--find-links "$v") ;;
-      index-url) args+=(--default-index "$v") ;;
-      extra-index-url) args+=(--index "$v") ;;
-      constraint) args+=(--constraint "$v") ;;
-      cert) export SSL_CERT_FILE="$v" ;;
-    esac
-  done
-done < <("$venv/bin/pip" config list 2>/dev/null || true)
+# pip's settings as pip reads them (a PIP_* variable over [install] over [global], one source per
+# key; values split on whitespace), e.g. `find-links=/opt/wheels`, each turned into uv's option
+while IFS=$'\t' read -r key value; do
+  case $key in
+    find-links) args+=(--find-links "$value") ;;
+    index-url) args+=(--default-index "$value") ;;
+    extra-index-url) args+=(--index "$value") ;;
+    constraint) args+=(--constraint "$value") ;;
+    no-index) args+=(--no-index) ;;
+    cert) export SSL_CERT_FILE="$value" ;;
+  esac
+done < <("$venv/bin/pip" config list 2>/dev/null | "$venv/bin/python" -c '
+import ast, sys
+rank = {":env:": 0, "install": 1, "global": 2}
+best = {}
+for line in sys.stdin:
+    name, _, raw = line.rstrip("\n").partition("=")
+    section, _, key = name.rpartition(".")
+    if section not in rank or not raw:
+        continue
+    if key not in best or rank[section] < best[key][0]:
+        best[key] = (rank[section], ast.literal_eval(raw))
+for key, (_, value) in best.items():
+    if key == "no-index":
+        if value.lower() in ("1", "true", "yes", "on"):
+            print(f"{key}\t1")
+        continue
+    for v in value.split():
+        print(f"{key}\t{v}")
+' || true)
 export UV_CACHE_DIR=${UV_CACHE_DIR:-$HOME/.cache/populora/uv}
 if ! "$venv/bin/uv" pip install -q "${args[@]}" "$@"; then
   echo "install: uv could not install $* (above); installing with pip instead" >&2

@@ -50,8 +50,12 @@ def clean_gold(text: str) -> str:
 
 
 def _number(text: str) -> float | None:
+    """A plain number (thousands commas and ``\\$`` allowed), else None."""
+    text = text.replace("\\$", "").strip().rstrip(".")
+    if "," in text and not re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d*)?", text):
+        return None  # "1,2" is two answers, not 12
     try:
-        return float(text.replace(",", "").replace("\\$", "").strip().rstrip("."))
+        return float(text.replace(",", ""))
     except ValueError:
         return None
 
@@ -129,7 +133,7 @@ def load_olympiadbench(data_dir: Path) -> list[EvalItem]:
         data = {
             "gold": ", ".join(clean_gold(a) for a in r["final_answer"]),
             "answer_type": r["answer_type"],
-            "tol": float(r["error"]) if r.get("error") else 1e-8,
+            "tol": float(r["error"]) if r.get("error") else None,  # one record has one
         }
         prompt = math_prompt(r["question"], _olympiad_instruction(r))
         items.append(EvalItem("olympiadbench", f"olympiadbench/{r['id']}", prompt, "olympiad", data))
@@ -145,14 +149,20 @@ def judge_number(item: EvalItem, completion: str) -> bool:
     return got is not None and abs(got - float(item.data["gold"])) < 1e-6
 
 
+def _gold(item: EvalItem) -> str:
+    gold = item.data["gold"]  # AMC's is a float
+    if isinstance(gold, float):
+        return str(int(gold)) if gold.is_integer() else repr(gold)
+    return gold
+
+
 def boxed_verdict(item: EvalItem, completion: str) -> bool | None:
     """Whether the last boxed answer equals the gold (module docstring); None when there is
     no boxed answer or math-verify reads nothing from it."""
-    answer, gold = last_boxed(completion), item.data["gold"]
+    answer, gold = last_boxed(completion), _gold(item)
     if answer is None:
         return None
     answer = clean_gold(answer)  # "336." and "$336$" are 336
-    gold = f"{gold:g}" if isinstance(gold, float) else gold
     if item.data.get("tol") and _number(answer) is not None and _number(gold) is not None:
         return math.isclose(_number(answer), _number(gold), rel_tol=item.data["tol"])
     return verifier().equal(f"${gold}$", f"$\\boxed{{{answer}}}$")
@@ -163,7 +173,7 @@ def judge_boxed(item: EvalItem, completion: str) -> bool:
     verdict = boxed_verdict(item, completion)
     if verdict is None:
         answer = last_boxed(completion)
-        return answer is not None and re.sub(r"\s", "", answer) == re.sub(r"\s", "", str(item.data["gold"]))
+        return answer is not None and re.sub(r"\s", "", answer) == re.sub(r"\s", "", _gold(item))
     return verdict
 
 
