@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 from pathlib import Path
 
@@ -30,9 +31,32 @@ HARNESS_PACKAGE = Path(populora_core.harness.__file__).parent
 """The harness a backend copies unless it is given another (a test's reformatted copy)."""
 
 
+_COPYING = threading.Lock()  # one copy a backend, whichever thread asks first (module-level: picklable)
+PREFIX = "populora-harness-"
+"""A copy's directory is ``<temp dir>/populora-harness-<pid>-<random>``: the pid of its maker."""
+
+
 def _remove(path: str, owner: int) -> None:
     if os.getpid() == owner:  # never from a forked child that exits through Python
         shutil.rmtree(path, ignore_errors=True)
+
+
+def sweep_leftovers(directory: Path | str | None = None) -> list[Path]:
+    """Removes the copies (this uid's) whose maker is dead: a process killed with SIGKILL never
+    runs its finalizer. Returns what it removed."""
+    removed = []
+    for path in Path(directory or tempfile.gettempdir()).glob(f"{PREFIX}*-*"):
+        try:
+            pid = int(path.name[len(PREFIX) :].split("-")[0])
+            if path.lstat().st_uid != os.getuid():
+                continue
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except (ValueError, OSError):  # not ours by name, or a live process of another uid
+            continue
+    return removed
 
 
 class HarnessCopy:
@@ -45,11 +69,16 @@ class HarnessCopy:
 
     def root(self) -> Path:
         """The directory holding ``populora_core/harness/``, copied on the first call: what
-        goes on the sandboxed interpreter's path."""
+        goes on the sandboxed interpreter's path. Copies left by dead processes go first."""
+        with _COPYING:
+            return self._root or self._copy()
+
+    def _copy(self) -> Path:
         if self._root is None:
             if not (self.package / "__init__.py").is_file():
                 raise FileNotFoundError(f"no harness package (no __init__.py) at {self.package}")
-            root = Path(tempfile.mkdtemp(prefix="populora-harness-"))
+            sweep_leftovers()
+            root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
             weakref.finalize(self, _remove, str(root), os.getpid())
             target = root / "populora_core" / "harness"
             shutil.copytree(self.package, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
