@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 
 import pytest
 
@@ -15,6 +16,23 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "cli", *args], capture_output=True, text=True, timeout=300, check=False, env=env
     )
+
+
+@contextmanager
+def _held_elsewhere(root):
+    """The run's lock held by another process while the block runs."""
+    holding = (
+        "import sys; from populora_core.rundir.lock import hold\n"
+        "with hold(sys.argv[1]):\n print('held', flush=True); sys.stdin.read()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", holding, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.communicate("", timeout=30)
 
 
 def test_verify_demo_validates_and_judges():
@@ -185,18 +203,8 @@ def test_revive_prints_a_systemd_unit_and_leaves_finished_held_and_stopped_runs_
     config = load_config(None, preset="cpu-tiny", overrides=["generations=2"])
     todo, held = (create_run(tmp_path, config, run_id=name, preset="cpu-tiny") for name in ("todo", "held"))
     (tmp_path / "not-a-run").mkdir()
-    holding = (
-        "import sys; from populora_core.rundir.lock import hold\n"
-        "with hold(sys.argv[1]):\n print('held', flush=True); sys.stdin.read()"
-    )
-    holder = subprocess.Popen(
-        [sys.executable, "-c", holding, str(held.root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with _held_elsewhere(held.root):
         assert unfinished(tmp_path) == [("run", todo.root)]  # another process holds `held`
-    finally:
-        holder.communicate("", timeout=30)
     assert unfinished(tmp_path) == [("run", held.root), ("run", todo.root)]
     # stopped with Ctrl-C (cli.supervise marks it): listed, left alone, until a person continues it
     held.update_info(stopped_by_person={"how": "Ctrl-C", "at": "2026-12-07T05:00:00+0000"})
@@ -264,16 +272,6 @@ def test_resume_writes_the_placement_once_before_the_training_process_starts(tmp
     [(given, args, kw)] = calls
     assert given.root == run.root and args == (3,) and kw["checked"] and "cluster" not in kw
     assert resume(["resume", "placed", "--runs-dir", str(tmp_path)]) == 0 and not calls[1][2]["checked"]
-    holding = (
-        "import sys; from populora_core.rundir.lock import hold\n"
-        "with hold(sys.argv[1]):\n print('held', flush=True); sys.stdin.read()"
-    )
-    holder = subprocess.Popen(
-        [sys.executable, "-c", holding, str(run.root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with _held_elsewhere(run.root):
         assert resume(["resume", "placed", "--runs-dir", str(tmp_path), "--cluster", "local"]) == 2
-    finally:
-        holder.communicate("", timeout=30)
     assert run.config().cluster.engine == "ray" and len(calls) == 2

@@ -19,6 +19,7 @@ side, the answer equals the gold only as the same text (whitespace aside).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -159,12 +160,15 @@ def _gold(item: EvalItem) -> str:
 def boxed_verdict(item: EvalItem, completion: str) -> bool | None:
     """Whether the last boxed answer equals the gold (module docstring); None when there is
     no boxed answer or math-verify reads nothing from it."""
-    answer, gold = last_boxed(completion), _gold(item)
-    if answer is None:
-        return None
-    answer = clean_gold(answer)  # "336." and "$336$" are 336
-    if item.data.get("tol") and _number(answer) is not None and _number(gold) is not None:
-        return math.isclose(_number(answer), _number(gold), rel_tol=item.data["tol"])
+    answer = last_boxed(completion)
+    return None if answer is None else _equal(_gold(item), clean_gold(answer), item.data.get("tol"))
+
+
+@functools.lru_cache(maxsize=4096)  # a rejected answer is judged again for its failure class
+def _equal(gold: str, answer: str, tol: float | None) -> bool | None:
+    got, want = _number(answer), _number(gold)
+    if tol and got is not None and want is not None:
+        return math.isclose(got, want, rel_tol=tol)
     return verifier().equal(f"${gold}$", f"$\\boxed{{{answer}}}$")
 
 
