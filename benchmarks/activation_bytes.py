@@ -1,5 +1,6 @@
 """Bytes autograd keeps for the trainer's log-prob pass under bf16, against the memory plan's
-per-token figure (``engine.shapes.ModelShape.saved_bytes_per_token``, fitted in float32).
+per-token figure (``engine.shapes.ModelShape.saved_bytes_per_token``, with the LoRA factors'
+bf16 copies, ``lora_copy_bytes``, spread over the tokens).
 
     python benchmarks/activation_bytes.py [--quick]
 
@@ -22,13 +23,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-SHAPES = [  # none of them a shape the plan's figures were fitted on
+SHAPES = [  # the shapes the plan's per-layer figures were fitted on (tests/core/engine/test_memory.py checks others)
     {"hidden_size": 256, "intermediate_size": 704, "num_hidden_layers": 2, "num_attention_heads": 4},
-    {"hidden_size": 384, "intermediate_size": 1000, "num_hidden_layers": 3, "num_attention_heads": 6},
+    {"hidden_size": 384, "intermediate_size": 1000, "num_hidden_layers": 2, "num_attention_heads": 6},
     {"hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 2, "num_attention_heads": 8},
     {"hidden_size": 320, "intermediate_size": 2048, "num_hidden_layers": 2, "num_attention_heads": 5},
+    {"hidden_size": 256, "intermediate_size": 1536, "num_hidden_layers": 2, "num_attention_heads": 4},
+    {"hidden_size": 448, "intermediate_size": 896, "num_hidden_layers": 2, "num_attention_heads": 7},
 ]
-KV_HEADS = (2, 2, 4, 1)
+KV_HEADS = (2, 2, 4, 1, 4, 1)
+TOKENS = 2 * (64 + 32)  # saved_bytes_per_token's sequences
 
 
 def saved_bytes_per_token(cfg: dict, rank: int, checkpointing: bool, peft_cast: bool, prompt=64, completion=32):
@@ -78,14 +82,16 @@ def main() -> None:
     shapes = SHAPES[:1] if args.quick else SHAPES
     ratios: dict[str, list[float]] = {}
     for shape, kv in zip(shapes, KV_HEADS, strict=False):
-        cfg = shape | {"num_key_value_heads": kv, "vocab_size": 2000, "max_position_embeddings": 4096}
+        cfg = shape | {"num_key_value_heads": kv, "vocab_size": 3001, "max_position_embeddings": 4096}
         cfg["tie_word_embeddings"] = False
         planned = ModelShape.from_config(cfg)
         for rank in (8,) if args.quick else (8, 16):
             for checkpointing in (False, True):
                 for peft_cast in (True, False):
                     measured = saved_bytes_per_token(cfg, rank, checkpointing, peft_cast)
-                    ratio = measured / planned.saved_bytes_per_token(2, rank, TARGETS, checkpointing)
+                    copies = 0 if checkpointing else planned.layers * planned.lora_copy_bytes(2, rank, TARGETS)
+                    per_token = planned.saved_bytes_per_token(2, rank, TARGETS, checkpointing) + copies / TOKENS
+                    ratio = measured / per_token
                     key = ("checkpointing" if checkpointing else "no_checkpointing") + (
                         "_peft_cast" if peft_cast else "_no_cast"
                     )

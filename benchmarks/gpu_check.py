@@ -218,10 +218,14 @@ def update(args, shape: dict, adapter: LoraAdapter, trainer: Trainer, checkpoint
     )
     gen = torch.Generator().manual_seed(2)
     vocab = shape["vocab_size"]
-    prompts = [torch.randint(2, vocab, (args.prompt,), generator=gen).tolist() for _ in range(args.sequences)]
+    # prompts of the longest length and of a quarter of it, every other group: a micro-batch cut as
+    # the rows come would mix them (the plan counts micro-batch × the longest sequence)
+    lengths = [args.prompt if g % 2 == 0 else max(8, args.prompt // 4) for g in range(args.sequences)]
+    prompts = [torch.randint(2, vocab, (n,), generator=gen).tolist() for n in lengths]
+    groups = max(1, args.sequences // args.group)
     rollouts = [
         Rollout(
-            prompts[i // args.group],  # a student's group: G completions of one prompt
+            prompts[i % groups],  # a student's group: G completions of one prompt, groups interleaved
             torch.randint(2, vocab, (args.completion,), generator=gen).tolist(),
             [-math.log(vocab)] * args.completion,  # random weights: next-token probabilities near uniform
             float(torch.randn((), generator=gen)),
@@ -241,7 +245,7 @@ def update(args, shape: dict, adapter: LoraAdapter, trainer: Trainer, checkpoint
     )
     return {
         f"{label}_seconds": seconds,
-        f"{label}_tokens_per_s": args.sequences * (args.prompt + args.completion) / seconds,
+        f"{label}_tokens_per_s": sum(len(r.prompt_ids) + len(r.completion_ids) for r in rollouts) / seconds,
         f"{label}_completion_tokens_per_s": metrics["tokens_per_s"],
         f"{label}_delta": delta_change(adapter, after),
         f"{label}_peak_memory_gb": peak_memory_gb(args.device),

@@ -105,7 +105,9 @@ def trainer_phase(
     pop, grpo = config.population, config.grpo
     b = grpo.micro_batch_size
     completion = max(config.inference.teacher_max_new_tokens, config.inference.student_max_new_tokens)
-    pieces = shape.update_bytes(wb, pop.rank, pop.target_modules, b, length, completion, checkpointing)
+    pieces = shape.update_bytes(
+        wb, pop.rank, pop.target_modules, b, length, completion, checkpointing, grpo.logprob_chunk
+    )
     if grpo.kl_coef > 0:
         pieces["reference pass"] = b * completion * shape.vocab * (4 + wb)
     out = {k: v / GIB for k, v in pieces.items()}

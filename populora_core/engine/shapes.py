@@ -96,12 +96,19 @@ class ModelShape:
         return 2 * self.layers * self.kv_dim * dtype_bytes
 
     def saved_bytes_per_token(self, dtype_bytes: int, rank: int, targets, checkpointing: bool) -> float:
-        """Bytes autograd keeps per sequence position for the backward (no logits).
-        Per layer: 6·h + 2·kv + 4·intermediate + r per LoRA target elements (fitted on the
-        trainer's path); checkpointing keeps only each layer's input (and the embedding's)."""
+        """Bytes autograd keeps per sequence position for the backward (no logits, no LoRA weight
+        copies: ``lora_copy_bytes``), on the trainer's path with weights of ``dtype_bytes`` (and
+        autocast to them below float32). Checkpointing keeps each layer's input and the final
+        norm's (which RMSNorm saves in float32). Fitted by ``benchmarks/activation_bytes.py``."""
+        norm = (4 - dtype_bytes) * self.hidden  # RMSNorm saves its input in float32: the input itself in fp32
         if checkpointing:
-            return (self.layers + 1) * self.hidden * dtype_bytes
-        return self.layers * self.layer_bytes_per_token(dtype_bytes, rank, targets)
+            return (self.layers + 1) * self.hidden * dtype_bytes + norm
+        return self.layers * self.layer_bytes_per_token(dtype_bytes, rank, targets) + norm
+
+    def lora_copy_bytes(self, dtype_bytes: int, rank: int, targets) -> int:
+        """Bytes a layer keeps of its float32 LoRA factors cast to the autocast dtype (none in float32)."""
+        dims = self.module_dims()
+        return 0 if dtype_bytes >= 4 else rank * dtype_bytes * sum(sum(dims[t]) for t in targets if t in dims)
 
     def update_bytes(
         self,
@@ -112,24 +119,36 @@ class ModelShape:
         length: int,
         completion: int,
         checkpointing: bool,
+        chunk: int = 64,
     ) -> dict[str, float]:
         """Bytes by piece of one update's peak at ``micro_batch`` sequences of ``length`` tokens
         (``completion`` of them completions), weights in ``dtype_bytes``: the trainer's path."""
         tokens = micro_batch * length
+        copies = self.lora_copy_bytes(dtype_bytes, rank, targets)
         saved = tokens * self.saved_bytes_per_token(dtype_bytes, rank, targets, checkpointing)
-        recompute = tokens * self.layer_bytes_per_token(dtype_bytes, rank, targets) if checkpointing else 0.0
+        saved += 0 if checkpointing else self.layers * copies
+        recompute = tokens * self.layer_bytes_per_token(dtype_bytes, rank, targets) + copies if checkpointing else 0.0
         return {
             "base weights": self.parameters() * dtype_bytes,
             "LoRA slot, gradients, AdamW": self.lora_parameters(rank, targets) * 16,  # float32: 4 + 4 + 8
             "saved activations": saved,
             "recomputed layer": recompute,
-            # float32 log-softmax chunks kept for the backward, the model-dtype logits, their gradient
-            "logits": micro_batch * completion * self.vocab * (4 + 2 * dtype_bytes),
+            # reasoned, not measured: a layer's backward holds the gradient of down_proj's input while
+            # it makes those of the gate's and the up projection's outputs (three intermediate-wide)
+            "backward temporaries": 3 * tokens * self.intermediate * dtype_bytes,
+            # the model-dtype logits (kept for the backward) and their gradient, and one chunk of
+            # positions in float32 twice over (training.rollouts.target_logprobs)
+            "logits": micro_batch * self.vocab * (2 * dtype_bytes * completion + 2 * 4 * min(chunk, completion)),
         }
 
     def layer_bytes_per_token(self, dtype_bytes: int, rank: int, targets) -> float:
+        """What one layer's backward needs kept a token: 6·h + 2·kv + 4·intermediate + r per LoRA
+        target elements in the weights' dtype, both RMSNorms' float32 inputs, attention's float32
+        log-sum-exp per head and the norms' float32 reciprocal RMS (fitted in float32 and bf16 on the
+        trainer's path to 0.3% at 6 shapes; ``tests/core/engine/test_memory.py`` checks two others)."""
         n_targets = sum(1 for t in targets if t in self.module_dims())
-        return (6 * self.hidden + 2 * self.kv_dim + 4 * self.intermediate + n_targets * rank) * dtype_bytes
+        elements = 6 * self.hidden + 2 * self.kv_dim + 4 * self.intermediate + n_targets * rank
+        return elements * dtype_bytes + 2 * (4 - dtype_bytes) * self.hidden + 4 * self.heads + 8
 
 
 def model_shape(name: str) -> ModelShape:

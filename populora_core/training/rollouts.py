@@ -36,14 +36,41 @@ def completion_values(batch: Sequence[Rollout], values: Sequence[Sequence[float]
     return torch.tensor(rows, dtype=torch.float32, device=device)
 
 
+class _TargetLogprobs(torch.autograd.Function):
+    """x_target − logsumexp x per position, in float32 a chunk of positions at a time, forward and
+    backward: autograd keeps only the logits (in their own dtype) and one float32 logsumexp per
+    position, never a float32 copy of the vocabulary-wide logits (which ``logsumexp`` on a
+    ``.float()`` chunk saves for its backward: chunking then bounded nothing)."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
+        picked, lse = [], []
+        for s in range(0, logits.shape[1], chunk):
+            part = logits[:, s : s + chunk].float()  # (B, c, V), freed at the end of the iteration
+            lse.append(torch.logsumexp(part, -1))
+            picked.append(part.gather(-1, targets[:, s : s + chunk, None]).squeeze(-1))
+        lse_t = torch.cat(lse, dim=1)
+        ctx.save_for_backward(logits, targets, lse_t)
+        ctx.chunk = chunk
+        return torch.cat(picked, dim=1) - lse_t
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        logits, targets, lse = ctx.saved_tensors
+        out = torch.empty_like(logits)
+        for s in range(0, logits.shape[1], ctx.chunk):
+            g = grad[:, s : s + ctx.chunk, None].float()
+            part = (logits[:, s : s + ctx.chunk].float() - lse[:, s : s + ctx.chunk, None]).exp_().mul_(-g)
+            part.scatter_add_(-1, targets[:, s : s + ctx.chunk, None], g)  # d/dx (x_t − lse) = onehot − softmax
+            out[:, s : s + ctx.chunk] = part
+        return out, None, None
+
+
 def target_logprobs(logits: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
-    """log-softmax of ``logits`` (B, T, V) at ``targets`` (B, T), ``chunk`` positions at a time in
-    float32 (x_target − logsumexp x): the full-vocabulary float32 copy is never whole."""
-    pieces = []
-    for s in range(0, logits.shape[1], chunk):
-        part = logits[:, s : s + chunk].float()  # (B, c, V)
-        pieces.append(part.gather(-1, targets[:, s : s + chunk, None]).squeeze(-1) - torch.logsumexp(part, -1))
-    return torch.cat(pieces, dim=1)
+    """log-softmax of ``logits`` (B, T, V) at ``targets`` (B, T), in float32 ``chunk`` positions at a
+    time (x_target − logsumexp x): the full-vocabulary float32 copy is never whole, in the forward,
+    in what autograd keeps, or in the backward (``_TargetLogprobs``)."""
+    return _TargetLogprobs.apply(logits, targets, chunk)
 
 
 def token_logprobs(

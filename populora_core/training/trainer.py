@@ -49,6 +49,34 @@ def _by_prompt(chunk: Sequence[Rollout]) -> list[Rollout]:
     return sorted(chunk, key=lambda r: first[tuple(r.prompt_ids)])
 
 
+def micro_batches(chunk: Sequence[Rollout], micro_batch: int, shared: bool) -> list[list[Rollout]]:
+    """``chunk`` cut into the micro-batches an update runs. Shared prompts (``prefix``): each
+    prompt's rollouts together, ``micro_batch`` at a time. Whole sequences: longest first, and
+    each micro-batch as many rows as fit a token budget of ``micro_batch`` × the chunk's longest
+    sequence (padded) and ``micro_batch`` × its longest completion (the logits): never more than
+    the plan counts for ``micro_batch`` sequences, and a few long rows no longer pad many short
+    ones. The loss is a token-weighted sum over micro-batches, so the cut changes no gradient."""
+    if shared:
+        chunk = _by_prompt(chunk)
+        return [list(chunk[s : s + micro_batch]) for s in range(0, len(chunk), micro_batch)]
+    rows = sorted(chunk, key=lambda r: len(r.prompt_ids) + len(r.completion_ids), reverse=True)
+    if not rows:
+        return []
+    budget = micro_batch * (len(rows[0].prompt_ids) + len(rows[0].completion_ids))
+    logits_budget = micro_batch * max(len(r.completion_ids) for r in rows)
+    out: list[list[Rollout]] = []
+    for r in rows:
+        batch = out[-1] if out else None
+        if batch:
+            n, widest = len(batch) + 1, len(batch[0].prompt_ids) + len(batch[0].completion_ids)
+            completion = max(len(r.completion_ids), *(len(x.completion_ids) for x in batch))
+            if n * widest <= budget and n * completion <= logits_budget:
+                batch.append(r)
+                continue
+        out.append([r])
+    return out
+
+
 def _rows(values: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
     """Each sequence's completion-token entries of ``values`` (either log-prob layout), on the CPU."""
     values, mask = values.detach().float().cpu(), mask.detach().cpu() > 0
@@ -73,17 +101,15 @@ def _minibatch_step(
     measured: list | None = None,
     micro_batch: int | None = None,
 ) -> float:
-    """Gradients of one minibatch (token-mean over it, micro-batch by micro-batch of
-    ``micro_batch`` sequences, default ``config.micro_batch_size``); returns the clipped norm.
+    """Gradients of one minibatch (token-mean over it, micro-batch by micro-batch: ``micro_batches``
+    at ``micro_batch`` sequences, default ``config.micro_batch_size``); returns the clipped norm.
     ``shared``: each distinct prompt of a micro-batch runs once (``prefix``). ``measured``: gets
     (learner's, π_old's) log-probs of each sequence, before this step."""
     micro_batch = micro_batch or config.micro_batch_size
     chunk_tokens = sum(len(r.completion_ids) for r in chunk)
     logprobs = shared_prompt_logprobs if shared else whole_sequence_logprobs
-    chunk = _by_prompt(chunk) if shared else chunk
     cap = config.importance_cap
-    for s in range(0, len(chunk), micro_batch):
-        batch = chunk[s : s + micro_batch]
+    for batch in micro_batches(chunk, micro_batch, shared):
         adv = torch.tensor([r.advantage for r in batch], dtype=torch.float32, device=model_device(model))
         with autocast:
             logp, comp, old = logprobs(model, batch, pad_id, config.logprob_chunk)

@@ -3,6 +3,7 @@ every (prompt + completion) sequence run whole."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -48,3 +49,24 @@ def test_shared_prompts_give_the_whole_sequences_log_probs_and_gradients():
     for a, b in zip(got_grads, want_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-6)
     assert any(float(gr.abs().sum()) > 0 for gr in got_grads)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_target_logprobs_and_their_gradient_are_autograds_bit_for_bit(dtype):
+    """The chunked log-softmax with its own backward gives the values and gradients autograd gives
+    for x_target − logsumexp(x.float()), chunk by chunk (what it replaced), in both dtypes."""
+    from populora_core.training.rollouts import target_logprobs
+
+    torch.manual_seed(0)
+    logits = (torch.randn(3, 37, 500) * 3).to(dtype).requires_grad_()
+    targets, weights = torch.randint(0, 500, (3, 37)), torch.randn(3, 37)
+    pieces = []
+    for s in range(0, 37, 8):
+        part = logits[:, s : s + 8].float()
+        pieces.append(part.gather(-1, targets[:, s : s + 8, None]).squeeze(-1) - torch.logsumexp(part, -1))
+    expected = torch.cat(pieces, dim=1)
+    (expected * weights).sum().backward()
+    expected_grad, logits.grad = logits.grad, None
+    got = target_logprobs(logits, targets, 8)
+    (got * weights).sum().backward()
+    assert torch.equal(got, expected) and torch.equal(logits.grad, expected_grad)

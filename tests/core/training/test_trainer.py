@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+from contextlib import nullcontext
 from dataclasses import replace
 
 import pytest
@@ -13,7 +14,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from populora_core.config import GRPOConfig
 from populora_core.training.rollouts import Rollout, token_logprobs
-from populora_core.training.trainer import old_logprobs_source, update_adapter
+from populora_core.training.trainer import micro_batches, old_logprobs_source, update_adapter
 from tests.helpers import TINY_QWEN2
 
 TINY = TINY_QWEN2
@@ -263,3 +264,57 @@ def test_a_micro_batch_out_of_memory_is_split_and_the_update_is_the_smaller_micr
             update(2)
     finally:
         hook.remove()
+
+
+def _mixed_rollouts(n: int = 10) -> list[Rollout]:
+    """Rollouts of very different prompt and completion lengths, shuffled."""
+    gen = torch.Generator().manual_seed(3)
+    out = []
+    for i in range(n):
+        p, c = (40 if i % 3 == 0 else 4), (3 + 5 * (i % 4))
+        prompt = torch.randint(1, 60, (p,), generator=gen).tolist()
+        completion = torch.randint(1, 60, (c,), generator=gen).tolist()
+        out.append(Rollout(prompt, completion, [-2.0] * c, 1.0 if i % 2 else -1.0))
+    return out
+
+
+def test_whole_sequence_micro_batches_keep_the_token_budget_and_pad_less():
+    """Longest first under a budget of micro-batch × the longest sequence (and × the longest
+    completion for the logits): each row once, no micro-batch over either budget, fewer padded
+    positions than cutting the rows as they come."""
+    rows = _mixed_rollouts()
+    longest = max(len(r.prompt_ids) + len(r.completion_ids) for r in rows)
+    widest = max(len(r.completion_ids) for r in rows)
+    batches = micro_batches(rows, 2, shared=False)
+    assert sorted(id(r) for b in batches for r in b) == sorted(id(r) for r in rows)
+
+    def padded(b):
+        return len(b) * max(len(r.prompt_ids) + len(r.completion_ids) for r in b)
+
+    assert all(
+        padded(b) <= 2 * longest and len(b) * max(len(r.completion_ids) for r in b) <= 2 * widest for b in batches
+    )
+    plain = [rows[s : s + 2] for s in range(0, len(rows), 2)]
+    assert sum(map(padded, batches)) < sum(map(padded, plain))
+    assert len(batches) < len(plain)  # short rows share a micro-batch beyond two
+
+
+def test_the_token_budget_cut_leaves_the_gradient_as_one_micro_batch_gives_it(model):
+    """The minibatch's gradient is a token-weighted sum: the token-budget micro-batches give the
+    gradient the whole minibatch in one micro-batch gives (to float32 rounding)."""
+    from populora_core.training.trainer import _minibatch_step, trainable_parameters
+
+    rows, cfg = _mixed_rollouts(), CFG.model_copy(update={"max_grad_norm": 1e9})
+    model.set_adapter("alice")
+    params = trainable_parameters(model, "alice")
+    model.train()
+    grads = []
+    for micro in (len(rows), 2):
+        for p in params:
+            p.grad = None
+        sums = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0}
+        _minibatch_step(model, rows, params, cfg, 0, nullcontext(), sums, False, None, micro)
+        grads.append(torch.cat([p.grad.flatten() for p in params]))
+    model.eval()
+    assert grads[0].abs().sum() > 0
+    assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-7)
