@@ -116,10 +116,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
         plan = make_plan(config, gpus, memory, trainers_beside=trainers_beside_actor(config) if ray else None)
     except user_errors() as exc:
         return error(console, exc)
+    from populora_core.engine.shapes import model_shape
+    from populora_core.engine.timeline import format_timeline, timeline
+
+    shape = model_shape(config.model.name)
     if args.json:
-        print(json.dumps(plan.as_dict(), default=lambda p: p.__dict__))
+        phases = [p.__dict__ for p in timeline(config, plan, shape)]
+        print(json.dumps(plan.as_dict() | {"timeline": phases}, default=lambda p: p.__dict__))
     else:
         console.print(format_plan(config, plan), highlight=False, soft_wrap=True)
+        if not ray:
+            console.print(format_timeline(config, plan, shape), highlight=False, soft_wrap=True)
     return 0
 
 

@@ -119,7 +119,8 @@ def test_the_generation_table_fits_80_columns_and_wide_shows_every_column():
 def test_plan_prints_paper_7b_and_refuses_what_cannot_fit():
     proc = run_cli("plan", "--preset", "paper-7b", "--gpus", "8", "--gpu-memory", "79.2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "7 server(s) on cuda:1, cuda:2" in proc.stdout and "--max-model-len" in proc.stdout
+    assert "8 server(s) on cuda:0, cuda:1" in proc.stdout and "--max-model-len" in proc.stdout
+    assert "trainers: cuda:0, cuda:1" in proc.stdout and "GPU-busy share" in proc.stdout
     plan = json.loads(run_cli("plan", "--gpus", "1", "--gpu-memory", "139.8", "--json").stdout)
     assert plan["vllm_gpus"] == [0] and 0 < plan["vllm_utilization"] < 1
     proc = run_cli("plan", "--preset", "paper-7b", "--gpus", "1", "--gpu-memory", "40")

@@ -229,6 +229,14 @@ class ClusterConfig(_Frozen):
     `model.threads` by default."""
     nodes: int = Field(0, ge=0)
     """Use at most this many nodes for the actors (0: every alive node with CPUs)."""
+    placement: Literal["auto", "colocated", "dedicated"] = "auto"
+    """The local engine on two or more GPUs (docs/gpu.md#placement): `colocated`, a vLLM server and
+    a trainer process on every GPU (the adapters' updates in parallel); `dedicated`, the trainer
+    on `model.device` and a server on each other GPU (the updates one after another); `auto`,
+    colocated where the plan leaves its servers room for a longest request, else dedicated."""
+    trainers: int = Field(1, ge=1)
+    """On the CPU, the local engine's trainer processes (each of `model.threads` threads): more
+    than 1 runs the adapters' updates in parallel, as one trainer per GPU does on a GPU node."""
     max_retries: int = Field(3, ge=0)
     """Times an update task, or a piece of a stage's work sent to an actor, is run again after
     its process or node died (actors themselves are restarted without limit)."""

@@ -37,7 +37,7 @@ def node_name() -> str:
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         return ray.get_runtime_context().get_node_id()
-    return socket.gethostname()
+    return "/".join(filter(None, (socket.gethostname(), os.environ.get("POPULORA_TRAINER_SLOT"))))  # engine.trainers
 
 
 _exit_hook = False

@@ -6,23 +6,24 @@ or the shapes below for models not on this machine), without loading anything:
 - **trainer** (one process, one GPU): the base weights in the model dtype; the trained
   LoRA slot in float32 with its gradients and AdamW's two moments (16 bytes a parameter);
   the activations autograd keeps for one micro-batch, with and without activation
-  checkpointing; the completion logits and their float32 log-softmax chunks.
+  checkpointing; the backward's temporaries; the completion logits and their gradient.
 - **vLLM** (a server per GPU it is given): the base weights, the LoRA slots
   (``max_loras`` × the adapters' factors at ``max_lora_rank``), a fixed allowance for its
   activations, CUDA graphs and sampler, and the KV cache in what is left.
 
-Placement: with two or more GPUs the trainer gets the model's device (``cuda`` → GPU 0)
-and vLLM one server on each other GPU (independent replicas, requests spread over them);
-with one GPU both share it, and vLLM's ``--gpu-memory-utilization`` is the share the
-trainer's peak leaves. vLLM's sleep mode is not used: with LoRA in the vLLM versions we
+Placement (``cluster.placement``): with one GPU the trainer and vLLM share it, and vLLM's
+``--gpu-memory-utilization`` is the share the trainer's peak leaves. With two or more,
+``colocated`` places that pair on every GPU (a vLLM server each, requests spread over them;
+a trainer process each, the adapters' updates in parallel: ``engine.trainers``), and
+``dedicated`` the trainer on the model's device (``cuda`` → GPU 0) and a server on each other
+GPU (the updates one after another); ``auto`` is colocated where its KV cache holds a longest
+request, else dedicated. vLLM's sleep mode is not used: with LoRA in the vLLM versions we
 pin, a level-1 wake was reported to stop applying the adapter silently (vllm#53888) and a
 level-2 wake to crash (vllm#39934, open). A plan that does not fit raises ``PlanError``
 with its numbers.
 
-The activation figures are autograd's saved tensors of the trainer's own loss path,
-fitted on small Qwen2 shapes and checked on another one by ``tests/core/engine/test_memory.py``
-(within a few percent); the vLLM allowance is an estimate to compare with the
-"Available KV cache memory" line of the server's log and ``benchmarks/gpu_check.py``.
+The activation figures are autograd's saved tensors on the trainer's path (``engine.shapes``); the
+vLLM allowance is an estimate to check against the server's log and ``benchmarks/gpu_check.py``.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class Plan:
     gpu_memory_gib: float
     trainer_gpu: int
     vllm_gpus: list[int]
+    trainer_gpus: list[int]
     vllm_utilization: float
     trainer: Phase
     trainer_without_checkpointing: float
@@ -125,12 +127,10 @@ def make_plan(
     trainers_beside: int | None = None,
 ) -> Plan:
     """The plan of ``config`` on ``gpus`` GPUs of ``gpu_memory_gib`` each, weights in ``dtype``
-    (default ``model.dtype``, ``auto`` read as bfloat16); raises PlanError when it cannot fit
-    (the message has the numbers).
+    (default ``model.dtype``, ``auto`` read as bfloat16); PlanError, with the numbers, if it cannot fit.
 
-    ``trainers_beside`` None: the local engine's placement (vLLM on the GPUs other than the
-    trainer's, or beside it on one). A number: a Ray inference actor's, vLLM on all ``gpus``
-    with that many trainer peaks beside it on each (what Ray's fractional GPUs let land there)."""
+    ``trainers_beside`` None: the local engine's placement (``cluster.placement``). A number: a Ray
+    inference actor's, vLLM on all ``gpus`` beside that many trainer peaks on each."""
     if gpus < 1:
         raise PlanError("a GPU plan needs at least one GPU")
     shape = shape or model_shape(config.model.name)
@@ -146,7 +146,10 @@ def make_plan(
     trainer_gpu = _device_index(config.model.device)
     if trainer_gpu >= gpus:
         raise PlanError(f"model.device {config.model.device} names GPU {trainer_gpu}, but the plan has {gpus}")
-    vllm_gpus, utilization, shared = _place(config, trainer, trainer_gpu, gpus, gpu_memory_gib, trainers_beside)
+    colocate = gpus >= 2 and trainers_beside is None and _colocate(config, trainer, vllm, gpu_memory_gib, kv_min)
+    vllm_gpus, utilization, shared = _place(
+        config, trainer, trainer_gpu, gpus, gpu_memory_gib, trainers_beside, colocate
+    )
     kv = utilization * gpu_memory_gib - vllm.total
     if kv < kv_min:
         raise PlanError(
@@ -160,6 +163,7 @@ def make_plan(
         gpu_memory_gib=gpu_memory_gib,
         trainer_gpu=trainer_gpu,
         vllm_gpus=vllm_gpus,
+        trainer_gpus=list(range(gpus)) if colocate else [trainer_gpu],
         vllm_utilization=utilization,
         trainer=trainer,
         trainer_without_checkpointing=without,
@@ -173,6 +177,18 @@ def make_plan(
         checkpointing=checkpointing,
         micro_batch=config.grpo.micro_batch_size,
     )
+
+
+def _colocate(config: RunConfig, trainer: Phase, vllm: Phase, gpu_memory_gib: float, kv_min: float) -> bool:
+    """Whether the local engine puts a server and a trainer on every GPU (``cluster.placement``:
+    ``auto`` where the server's share beside a trainer holds a longest request's KV cache)."""
+    if config.cluster.placement != "auto":
+        return config.cluster.placement == "colocated"
+    try:
+        utilization = _utilization(config, trainer, 1, gpu_memory_gib)
+    except PlanError:
+        return False
+    return utilization * gpu_memory_gib - vllm.total >= kv_min
 
 
 def stage_sequences(config: RunConfig) -> int:
@@ -219,9 +235,12 @@ def vllm_phase(config: RunConfig, shape: ModelShape, *, dtype: str | None = None
     )
 
 
-def _place(config: RunConfig, trainer: Phase, trainer_gpu: int, gpus: int, gpu_memory_gib: float, beside):
+def _place(config: RunConfig, trainer: Phase, trainer_gpu: int, gpus: int, gpu_memory_gib: float, beside, colocate):
     """(vLLM's GPUs, its share, whether a trainer shares its GPU): the local engine's placement
-    (``beside`` None) or a Ray inference actor's, on all its GPUs beside ``beside`` trainers."""
+    (``beside`` None; ``colocate``: a server beside a trainer on every GPU) or a Ray inference
+    actor's, on all its GPUs beside ``beside`` trainers."""
+    if colocate:
+        return list(range(gpus)), _utilization(config, trainer, 1, gpu_memory_gib), True
     if beside is None:
         return (*_share(config, trainer, trainer_gpu, gpus, gpu_memory_gib), gpus == 1)
     return list(range(gpus)), _utilization(config, trainer, beside, gpu_memory_gib), beside > 0
@@ -298,9 +317,11 @@ def trainers_beside_actor(config: RunConfig) -> int:
 def format_plan(config: RunConfig, plan: Plan) -> str:
     """The plan as the lines `populora plan` prints."""
     vllm_where = ", ".join(f"cuda:{g}" for g in plan.vllm_gpus)
+    trainers = ", ".join(f"cuda:{g}" for g in plan.trainer_gpus)
     lines = [
         f"{config.model.name} on {plan.gpus} GPU(s) of {plan.gpu_memory_gib:.1f} GiB",
-        f"  trainer: cuda:{plan.trainer_gpu}, micro-batch {plan.micro_batch} × {plan.update_sequence} tokens at most, "
+        f"  trainer{'s' if len(plan.trainer_gpus) > 1 else ''}: {trainers}, "
+        f"micro-batch {plan.micro_batch} × {plan.update_sequence} tokens at most, "
         f"activation checkpointing {'on' if plan.checkpointing else 'off'}",
     ]
     inf = config.inference

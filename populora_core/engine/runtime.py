@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from populora_core.config import RunConfig
+from populora_core.engine.trainers import ALLOC_CONF, expandable_segments  # noqa: F401 - ALLOC_CONF re-exported
 from populora_core.inference.base import adapter_digest
-from populora_core.inference.vllm_server import TRAINER_ALLOC_MARK
 from populora_core.models import resolve_dtype
 
 if TYPE_CHECKING:  # torch is imported by what needs it: sandbox actors import this module without it
-    from populora_core.training.trainer import Trainer
+    from populora_core.training.trainer import TrainerPool
 
 
 class Runtime:
@@ -32,7 +32,7 @@ class Runtime:
         self.config = config
         self.model_path = Path(model_path)
         self._backend = None
-        self._trainer: Trainer | None = None
+        self._trainer: TrainerPool | None = None
         self._pool = None
         self._served: dict[str, str] = {}  # adapter id -> digest of what the backend holds
         if config.model.threads:
@@ -74,17 +74,38 @@ class Runtime:
         return self._backend
 
     @property
-    def trainer(self) -> Trainer:
+    def trainer(self) -> TrainerPool:
         self._start("trainer")
         if self._trainer is None:
             from populora_core.models import load_model
             from populora_core.training.trainer import Trainer
 
+            devices = self._trainer_devices()
+            if devices:  # a trainer process per device, the updates in parallel
+                from populora_core.engine.trainers import DeviceTrainers
+
+                self._trainer = DeviceTrainers(self.config, self.model_path, devices)
+                return self._trainer
             model_cfg = self.config.model
             expandable_segments()
             model, tokenizer = load_model(self.model_path, dtype=model_cfg.dtype, device=model_cfg.device)
             self._trainer = Trainer(model, tokenizer, self.config.population)
         return self._trainer
+
+    def _trainer_devices(self) -> list[str]:
+        """The local engine's trainer processes (``engine.trainers``): one per GPU of a colocated
+        plan, ``cluster.trainers`` on the CPU; none (this process trains) otherwise."""
+        from populora_core.engine.trainers import trainer_devices
+
+        if self.config.cluster.engine != "local":
+            return []
+        gpus: list[str] = []
+        if self.config.model.device.startswith("cuda"):
+            from populora_core.engine.placement import _physical, machine_plan
+
+            plan = machine_plan(self.config)
+            gpus = [_physical(g) for g in plan.trainer_gpus] if plan is not None else []
+        return trainer_devices(self.config, gpus)
 
     @property
     def pool(self):
@@ -120,6 +141,9 @@ class Runtime:
                 self._served[adapter_id] = digest
 
     def close(self) -> None:
+        if hasattr(self._trainer, "close"):  # trainer processes
+            self._trainer.close()
+            self._trainer = None
         if self._pool is not None:
             self._pool.close()
             self._pool = None
@@ -131,28 +155,6 @@ class Runtime:
 
 _RUNTIMES: dict[str, Runtime] = {}
 _LOCK = threading.Lock()
-
-
-ALLOC_CONF = "expandable_segments:True"
-
-
-def expandable_segments() -> None:
-    """CUDA's caching allocator for the trainer: every micro-batch has other prompt and completion
-    lengths, so its activations come in ever new sizes, which fragment fixed segments until a
-    request fails with memory free; expandable segments grow one mapping instead (PyTorch's
-    advice for such loads). A ``PYTORCH_CUDA_ALLOC_CONF`` the user set wins; set before the
-    process's first CUDA allocation, or, in a process that already made one (the hf backend
-    generating on the GPU), applied to the segments allocated from now on."""
-    import os
-
-    if os.environ.get("PYTORCH_CUDA_ALLOC_CONF"):
-        return
-    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = ALLOC_CONF
-    os.environ[TRAINER_ALLOC_MARK] = "1"  # a vLLM server this process starts goes without it
-    import torch
-
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.memory._set_allocator_settings(ALLOC_CONF)  # the documented setting, applied late
 
 
 def get_runtime(config: RunConfig, model_path: Path, kind: type[Runtime] = Runtime) -> Runtime:

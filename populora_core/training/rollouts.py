@@ -28,6 +28,43 @@ class Rollout:
     sampler_logprobs: Sequence[float] | None = None
 
 
+def _by_prompt(chunk: Sequence[Rollout]) -> list[Rollout]:
+    """``chunk`` with the rollouts of each prompt together (in order of first appearance), so
+    that a micro-batch's completions share as few prompts as possible."""
+    first: dict[tuple[int, ...], int] = {}
+    for r in chunk:
+        first.setdefault(tuple(r.prompt_ids), len(first))
+    return sorted(chunk, key=lambda r: first[tuple(r.prompt_ids)])
+
+
+def micro_batches(chunk: Sequence[Rollout], micro_batch: int, shared: bool) -> list[list[Rollout]]:
+    """``chunk`` cut into the micro-batches an update runs. Shared prompts (``prefix``): each
+    prompt's rollouts together, ``micro_batch`` at a time. Whole sequences: longest first, and
+    each micro-batch as many rows as fit a token budget of ``micro_batch`` × the chunk's longest
+    sequence (padded) and ``micro_batch`` × its longest completion (the logits): never more than
+    the plan counts for ``micro_batch`` sequences, and a few long rows no longer pad many short
+    ones. The loss is a token-weighted sum over micro-batches, so the cut changes no gradient."""
+    if shared:
+        chunk = _by_prompt(chunk)
+        return [list(chunk[s : s + micro_batch]) for s in range(0, len(chunk), micro_batch)]
+    rows = sorted(chunk, key=lambda r: len(r.prompt_ids) + len(r.completion_ids), reverse=True)
+    if not rows:
+        return []
+    budget = micro_batch * (len(rows[0].prompt_ids) + len(rows[0].completion_ids))
+    logits_budget = micro_batch * max(len(r.completion_ids) for r in rows)
+    out: list[list[Rollout]] = []
+    for r in rows:
+        batch = out[-1] if out else None
+        if batch:
+            n, widest = len(batch) + 1, len(batch[0].prompt_ids) + len(batch[0].completion_ids)
+            completion = max(len(r.completion_ids), *(len(x.completion_ids) for x in batch))
+            if n * widest <= budget and n * completion <= logits_budget:
+                batch.append(r)
+                continue
+        out.append([r])
+    return out
+
+
 def completion_values(batch: Sequence[Rollout], values: Sequence[Sequence[float]], device) -> torch.Tensor:
     """Per-token ``values`` of each rollout's completion as one float32 tensor (len(batch),
     longest completion), left-aligned: the layout both log-prob paths return."""

@@ -153,12 +153,47 @@ def test_paper_7b_on_one_gpu_shares_it_by_the_trainers_peak(paper):
     assert make_plan(paper, 1, 139.8).concurrent_sequences > make_plan(paper, 1, 79.2).concurrent_sequences
 
 
-def test_paper_7b_on_eight_gpus_puts_vllm_on_the_other_seven(paper):
-    plan = make_plan(paper, 8, 79.2)
-    assert plan.trainer_gpu == 0 and plan.vllm_gpus == [1, 2, 3, 4, 5, 6, 7]
+def _placed(config, placement: str):
+    return config.model_copy(update={"cluster": config.cluster.model_copy(update={"placement": placement})})
+
+
+def test_paper_7b_dedicated_on_eight_gpus_puts_vllm_on_the_other_seven(paper):
+    dedicated = _placed(paper, "dedicated")
+    plan = make_plan(dedicated, 8, 79.2)
+    assert plan.trainer_gpu == 0 and plan.trainer_gpus == [0] and plan.vllm_gpus == [1, 2, 3, 4, 5, 6, 7]
     assert plan.vllm_utilization == memory.DEDICATED_UTILIZATION
-    moved = paper.model_copy(update={"model": paper.model.model_copy(update={"device": "cuda:3"})})
+    moved = dedicated.model_copy(update={"model": paper.model.model_copy(update={"device": "cuda:3"})})
     assert make_plan(moved, 8, 79.2).vllm_gpus == [0, 1, 2, 4, 5, 6, 7]
+
+
+def test_paper_7b_on_eight_gpus_puts_a_server_and_a_trainer_on_every_gpu(paper):
+    """``auto`` colocates where each server keeps room for a longest request beside a trainer (80 GB),
+    and falls back to one trainer and seven whole servers where it would not (48 GB)."""
+    plan = make_plan(paper, 8, 79.2)
+    assert plan.trainer_gpus == plan.vllm_gpus == list(range(8))
+    assert plan.vllm_utilization == make_plan(paper, 1, 79.2).vllm_utilization < memory.DEDICATED_UTILIZATION
+    assert plan.kv_cache_gib >= plan.kv_min_gib
+    small = make_plan(paper, 8, 48.0)
+    assert small.trainer_gpus == [0] and small.vllm_gpus == list(range(1, 8))
+    with pytest.raises(PlanError, match="KV cache"):  # asked for, it is refused with the numbers
+        make_plan(_placed(paper, "colocated"), 8, 48.0)
+
+
+def test_the_timeline_keeps_every_gpu_of_a_colocated_node_at_work(paper):
+    """`populora plan`'s timeline: colocated on 8 GPUs every GPU generates and the updates run 8 at
+    once; dedicated, the update phase holds one GPU while seven wait, several times as long."""
+    from populora_core.engine.timeline import format_timeline, timeline
+
+    shape = memory.model_shape("Qwen/Qwen2.5-Coder-7B")
+    together = {p.name: p for p in timeline(paper, make_plan(paper, 8, 79.2), shape)}
+    apart = {p.name: p for p in timeline(paper, make_plan(_placed(paper, "dedicated"), 8, 79.2), shape)}
+    alone = {p.name: p for p in timeline(paper, make_plan(paper, 1, 79.2), shape)}
+    assert together["solve"].busy_gpus == 8 and apart["solve"].busy_gpus <= 7
+    assert apart["update"].busy_gpus == 1 and together["update"].busy_gpus > 4
+    assert together["update"].seconds * 4 < apart["update"].seconds == pytest.approx(alone["update"].seconds)
+    assert alone["solve"].seconds > 5 * together["solve"].seconds  # 8 servers against one share of one GPU
+    text = format_timeline(paper, make_plan(paper, 8, 79.2), shape)
+    assert "update" in text and "GPU-busy share" in text
 
 
 def test_paper_7b_weights_are_its_parameter_count(paper):
@@ -188,8 +223,10 @@ def test_vllm_settings_map_the_plan_onto_the_gpus_this_process_sees(paper, monke
     monkeypatch.setattr(placement, "machine_gpus", lambda: (4, 79.2))
     monkeypatch.setattr(placement, "machine_dtype", lambda config: "bfloat16")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")  # e.g. Ray gave this process four GPUs
-    settings = placement.vllm_settings(paper, tmp_path)
+    settings = placement.vllm_settings(_placed(paper, "dedicated"), tmp_path)
     assert settings["gpus"] == ["5", "6", "7"] and settings["gpu_memory_utilization"] == 0.9
+    colocated = placement.vllm_settings(paper, tmp_path)
+    assert colocated["gpus"] == ["4", "5", "6", "7"] and colocated["gpu_memory_utilization"] < 0.5
     assert settings["max_model_len"] == make_plan(paper, 4, 79.2).max_model_len
     cpu = load_config(preset="cpu-small", overrides=["inference.backend=vllm"])
     assert "gpus" not in placement.vllm_settings(cpu, tmp_path)  # no plan on the CPU
