@@ -302,9 +302,10 @@ AVX2-only machine runs it). GPUs are not affected."""
 
 def resolve_dtype(dtype: str, device: str = "cpu") -> str:
     """``ModelConfig.dtype`` made concrete: `auto` is bfloat16 where the hardware computes
-    in it natively (a GPU of compute capability ≥ 8.0, a CPU with AVX512-BF16 or AMX),
-    else float32; on a CPU, ``$POPULORA_AUTO_CPU_DTYPE`` decides instead when set. (oneDNN's
-    own bf16 check accepts any AVX-512 CPU, where bf16 is emulated.)"""
+    in it natively and faster (a GPU of compute capability ≥ 8.0; a CPU with AVX512-BF16 or AMX
+    where ``cpu_speed.bf16_is_faster``, measured once per CPU), else float32; on a CPU,
+    ``$POPULORA_AUTO_CPU_DTYPE`` decides instead when set. (oneDNN's own bf16 check accepts any
+    AVX-512 CPU, where bf16 is emulated.)"""
     if dtype != "auto":
         return dtype
     import torch
@@ -319,7 +320,11 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> str:
             raise ValueError(f"${AUTO_CPU_DTYPE} is {forced!r}: set it to bfloat16 or float32, or unset it")
         return forced
     native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    return "bfloat16" if native else "float32"
+    if not native:
+        return "float32"
+    from populora_core.cpu_speed import bf16_is_faster
+
+    return "bfloat16" if bf16_is_faster(cache_root() / "cpu-dtype.json") else "float32"
 
 
 def load_model(path: Path, *, dtype: str = "auto", device: str = "cpu"):

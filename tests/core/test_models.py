@@ -54,20 +54,44 @@ def test_local_directories_and_bad_references(tmp_path, monkeypatch):
 
 
 def test_auto_dtype_is_bfloat16_only_where_the_hardware_computes_in_it(monkeypatch):
+    """bf16 on a GPU of compute capability 8.0 or newer, and on a CPU with native bf16 where it
+    measured faster than float32 (``cpu_speed``); float32 elsewhere."""
     import torch
 
+    from populora_core import cpu_speed
     from populora_core.models import AUTO_CPU_DTYPE, resolve_dtype
 
     monkeypatch.delenv(AUTO_CPU_DTYPE, raising=False)  # the suite may run with it forced
     assert resolve_dtype("float16") == "float16" and resolve_dtype("bfloat16", "cpu") == "bfloat16"
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
-    for native, expected in ((True, "bfloat16"), (False, "float32")):
+    for native, faster, expected in ((True, True, "bfloat16"), (True, False, "float32"), (False, True, "float32")):
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda native=native: native)
+        monkeypatch.setattr(cpu_speed, "bf16_is_faster", lambda cache, faster=faster: faster)
         assert resolve_dtype("auto", "cpu") == expected
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for capability, expected in (((8, 0), "bfloat16"), ((7, 5), "float32")):  # A100 / T4 (emulated bf16)
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device, c=capability: c)
         assert resolve_dtype("auto", "cuda:1") == expected
+
+
+def test_the_cpu_dtype_is_measured_once_per_cpu_and_kept(monkeypatch, tmp_path):
+    """The bf16/float32 timing runs once for a CPU; later processes read the answer from the cache
+    (a resume resolves ``auto`` as its run began); another CPU, or an unreadable cache, measures again;
+    bf16 must be clearly faster (``MARGIN``) to be chosen."""
+    from populora_core import cpu_speed
+
+    timings = iter(
+        [{"float32": 1.0, "bfloat16": 0.5}, {"float32": 1.0, "bfloat16": 0.9}, {"float32": 1, "bfloat16": 2}]
+    )
+    calls = []
+    monkeypatch.setattr(cpu_speed, "measure", lambda: calls.append(1) or next(timings))
+    cache = tmp_path / "cpu-dtype.json"
+    assert cpu_speed.bf16_is_faster(cache) and cpu_speed.bf16_is_faster(cache) and len(calls) == 1
+    assert json.loads(cache.read_text())[cpu_speed.cpu_key()] == {"float32": 1.0, "bfloat16": 0.5}
+    monkeypatch.setattr(cpu_speed, "cpu_key", lambda: "another CPU")
+    assert not cpu_speed.bf16_is_faster(cache) and len(calls) == 2  # 0.9 of float32's time: not enough
+    cache.write_text("{not json")
+    assert not cpu_speed.bf16_is_faster(cache) and len(calls) == 3
 
 
 def test_auto_cpu_dtype_can_be_forced_either_way_on_any_cpu(monkeypatch):
