@@ -1,6 +1,7 @@
 """Sandbox backends: each starts the same worker (worker.py) inside its isolation.
 
-- ``local``: bubblewrap, started as a dedicated unprivileged uid per worker;
+- ``local``: bubblewrap, started as a dedicated unprivileged uid per worker (as root; without
+  root every worker runs as the user, and only bubblewrap is needed: test_nonroot.py);
   new user, pid, network, ipc, uts and cgroup namespaces; only the interpreter,
   /usr/lib and the judges' harness (`harness_copy.py`) mounted, read-only; a
   read-only root and /dev (its character devices still work); writable only a
@@ -151,7 +152,7 @@ def find_system_python(configured: str | None) -> str:
 
 
 class LocalBackend:
-    """bubblewrap under a dedicated uid per worker."""
+    """bubblewrap under a dedicated uid per worker (as root; otherwise the user's uid for all)."""
 
     name = "local"
 
@@ -165,7 +166,8 @@ class LocalBackend:
         self._python: str | None = None
 
     def check(self) -> None:
-        missing = [tool for tool in ("bwrap", "setpriv") if shutil.which(tool) is None]
+        tools = ("bwrap", "setpriv") if os.geteuid() == 0 else ("bwrap",)  # setpriv: root's uid switch
+        missing = [tool for tool in tools if shutil.which(tool) is None]
         if missing:
             raise SandboxUnavailable(
                 f"sandbox backend 'local' needs {', '.join(missing)}: install them with "
