@@ -24,6 +24,11 @@ import time
 from populora_core.harness.wire import Channel
 
 
+def _forward(op: str):
+    """A method of ``CandidateObject`` doing ``op`` (``OPS``) in the candidate's process."""
+    return lambda self, *args: self._op(op, *args)
+
+
 class CandidateObject:
     """A value that stayed in the candidate's process: callable, and passed back as itself."""
 
@@ -59,27 +64,13 @@ class CandidateObject:
     def __iter__(self):
         return iter(self._op("iter"))
 
-    def __len__(self) -> int:
-        return self._op("len")
-
-    def __bool__(self) -> bool:
-        return self._op("bool")
-
-    def __getitem__(self, key):
-        return self._op("getitem", key)
-
-    def __float__(self) -> float:
-        return self._op("float")
-
-    def __int__(self) -> int:
-        return self._op("int")
-
-    def __index__(self) -> int:
-        return self._op("index")
-
-    def __str__(self) -> str:
-        return self._op("str")
-
+    __len__ = _forward("len")
+    __bool__ = _forward("bool")
+    __getitem__ = _forward("getitem")
+    __float__ = _forward("float")
+    __int__ = _forward("int")
+    __index__ = _forward("index")
+    __str__ = _forward("str")
     __hash__ = object.__hash__
     __eq__ = object.__eq__
 
