@@ -70,12 +70,6 @@ def frame_markdown(frame: pd.DataFrame, label: str) -> str:
     return markdown([label, *frame.columns], rows)
 
 
-def markdown_table(table: pd.DataFrame) -> str:
-    """pass@1 as a Markdown table: one row per model and population statistic, one column
-    per benchmark, then the code and math averages."""
-    return frame_markdown(scores_table(table), "adapter")
-
-
 def comparison(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """Population versus baseline over runs: the base model once (from the first run that
     evaluated it), then per run its population mean and weakest member, on every
