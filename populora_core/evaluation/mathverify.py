@@ -11,6 +11,7 @@ waits at most ``timeout_s`` for each answer before it kills the worker and start
 from __future__ import annotations
 
 import atexit
+import functools
 import multiprocessing as mp
 import threading
 
@@ -86,13 +87,9 @@ class MathVerifier:
         self._proc = self._conn = None
 
 
-_VERIFIER: MathVerifier | None = None
-
-
+@functools.cache
 def verifier() -> MathVerifier:
     """The process's verifier, started at the first answer, closed at exit."""
-    global _VERIFIER
-    if _VERIFIER is None:
-        _VERIFIER = MathVerifier()
-        atexit.register(_VERIFIER.close)
-    return _VERIFIER
+    shared = MathVerifier()
+    atexit.register(shared.close)
+    return shared
