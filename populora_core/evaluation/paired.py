@@ -82,20 +82,9 @@ def compare(a: pd.Series, b: pd.Series, *, mcnemar: bool = True) -> list[dict]:
         iv = paired_bootstrap(x, y, rng=np.random.default_rng(0))
         binary = mcnemar and bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
         only_a, only_b = int(((x == 1) & (y == 0)).sum()), int(((x == 0) & (y == 1)).sum())
-        rows.append(
-            {
-                "benchmark": bench,
-                "n": len(part),
-                "pass_a": float(x.mean()),
-                "pass_b": float(y.mean()),
-                "difference": iv.value,
-                "low": iv.low,
-                "high": iv.high,
-                "only_a": only_a if binary else None,
-                "only_b": only_b if binary else None,
-                "p_value": mcnemar_exact(only_a, only_b) if binary else float("nan"),
-            }
-        )
+        discordant = (only_a, only_b, mcnemar_exact(only_a, only_b)) if binary else (None, None, float("nan"))
+        row = (bench, len(part), float(x.mean()), float(y.mean()), iv.value, iv.low, iv.high, *discordant)
+        rows.append(dict(zip(COLUMNS[2:], row, strict=True)))
     return rows
 
 

@@ -32,12 +32,7 @@ from populora_core.evaluation.paired import (
     weakest_verdict,
 )
 from populora_core.evaluation.pass_at_1 import RESULT_COLUMNS, evaluate
-from populora_core.evaluation.tables import (
-    comparison,
-    frame_markdown,
-    pass_at_1,
-    scores_table,
-)
+from populora_core.evaluation.tables import comparison, frame_markdown, pass_at_1, scores_table
 from populora_core.inference.base import BASE
 from populora_core.run import RunDir
 from populora_core.rundir.artifacts import read_parquet, write_parquet_atomic, write_text_atomic
