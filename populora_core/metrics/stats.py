@@ -32,9 +32,6 @@ class Interval:
     def as_dict(self, prefix: str) -> dict[str, float]:
         return {prefix: self.value, f"{prefix}_low": self.low, f"{prefix}_high": self.high, f"{prefix}_n": self.n}
 
-    def __str__(self) -> str:
-        return f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}] (n={self.n})"
-
 
 def _alpha(z: float) -> float:
     """The two-sided significance level whose normal quantile is ``z`` (0.05 for ``Z95``)."""
