@@ -13,7 +13,7 @@ Two sets of answers, each judged by both:
   prompts and caps up to ``--max-new-tokens``) to the first ``--items`` items of every math
   benchmark, generated once into ``--answers`` (a Parquet file) and read from it after.
 
-"adopted" is the evaluation's judge (``benchmarks.judge_text``: math-verify with the
+"adopted" is the evaluation's judge (``benchmarks.TEXT_JUDGES``: math-verify with the
 published tolerances, `math_suites.py`); "math-verify" is math-verify alone on the gold as
 written, run as the evaluation runs it (``evaluation/mathverify.py``: its LaTeX and number
 paths, in a worker process; its plain-expression path evaluates text with Python's ``eval``
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from populora_core.evaluation.benchmarks import judge_text, load_benchmark
+from populora_core.evaluation.benchmarks import TEXT_JUDGES, load_benchmark
 from populora_core.evaluation.datasets import data_dir as default_data_dir
 from populora_core.evaluation.math_suites import last_boxed
 
@@ -188,7 +188,7 @@ def main() -> None:
 
     misses = []
     for kind, item, text, truth in reference_answers(data_dir) + rewritten_answers(data_dir):
-        got, mv = judge_text(item, text), theirs(gold_text(item), text)
+        got, mv = TEXT_JUDGES[item.kind](item, text), theirs(gold_text(item), text)
         record(f"reference {kind} / {item.benchmark}", got, mv, truth)
         if got != truth or mv != truth:
             misses.append((kind, item.item_id, gold_text(item), text[-160:], got, mv))
@@ -197,7 +197,7 @@ def main() -> None:
     by_id = {(i.benchmark, i.item_id): i for b in BENCHMARKS for i in load_benchmark(b, data_dir, args.items)}
     for r in answers.itertuples():
         item = by_id[(r.benchmark, r.item_id)]
-        got, mv = judge_text(item, r.completion), theirs(gold_text(item), r.completion)
+        got, mv = TEXT_JUDGES[item.kind](item, r.completion), theirs(gold_text(item), r.completion)
         record(f"model / {r.benchmark}", got, mv, None)
         if got != mv:
             print(f"disagree {r.item_id}: gold {gold_text(item)!r}; adopted {got}, math-verify {mv}; "

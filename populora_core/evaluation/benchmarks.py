@@ -48,13 +48,14 @@ PROGRAM_CHECKS: dict[str, Callable[[EvalItem, str], tuple[str, str] | None]] = {
     "cruxeval_i": code_suites.check_cruxeval_i,
     "livecodebench": livecodebench.check_livecodebench,
 }
-"""Item kind -> (program, expression) whose value is True in the sandbox iff the answer is right."""
+"""Item kind -> (program, expression) whose value is True in the sandbox iff the answer is right;
+None when the answer holds nothing to run (judged wrong without running)."""
 
 TEXT_JUDGES: dict[str, Callable[[EvalItem, str], bool]] = {
     "number": math_suites.judge_number,
     **dict.fromkeys(("math", "integer", "numeric", "minerva", "olympiad"), math_suites.judge_boxed),
 }
-"""Item kind -> whether a completion's answer is right, judged as text (nothing runs)."""
+"""Item kind -> whether a completion's answer is right, judged as text and numbers (nothing runs)."""
 
 
 def get_benchmark(name: str) -> Benchmark:
@@ -86,22 +87,3 @@ def load_benchmark(name: str, data_dir: Path, limit: int | None = None) -> list[
     """The first ``limit`` items of benchmark ``name`` (all when None)."""
     items = get_benchmark(name).load(Path(data_dir))
     return items[:limit] if limit else items
-
-
-def check_program(item: EvalItem, completion: str) -> tuple[str, str] | None:
-    """(program, expression) that evaluates truthy in the sandbox iff the answer is right;
-    None when the answer holds nothing to run (judged wrong without running)."""
-    check = PROGRAM_CHECKS.get(item.kind)
-    if check is None:
-        raise ValueError(
-            f"{item.kind} answers are not judged by running code; program kinds: {', '.join(PROGRAM_CHECKS)}"
-        )
-    return check(item, completion)
-
-
-def judge_text(item: EvalItem, completion: str) -> bool:
-    """Math answers, compared as text and numbers."""
-    judge = TEXT_JUDGES.get(item.kind)
-    if judge is None:
-        raise ValueError(f"{item.kind} answers are judged in the sandbox; text kinds: {', '.join(TEXT_JUDGES)}")
-    return judge(item, completion)

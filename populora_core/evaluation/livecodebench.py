@@ -1,19 +1,12 @@
-"""LiveCodeBench code generation, from its published ``code_generation_lite`` files.
+"""LiveCodeBench code generation, from ``<data_dir>/livecodebench/test*.jsonl`` as the Hugging
+Face dataset ``livecodebench/code_generation_lite`` publishes them (keep only the files of the
+release window wanted).
 
-Data: ``<data_dir>/livecodebench/*.jsonl`` as the Hugging Face dataset
-``livecodebench/code_generation_lite`` publishes them (``test.jsonl``, ``test2.jsonl``
-... ``test6.jsonl``; keep only the files of the release window wanted). One problem
-per line: ``question_title``, ``question_content``, ``platform``, ``question_id``,
-``contest_id``, ``contest_date``, ``starter_code``, ``difficulty``,
-``public_test_cases`` (a JSON string: a list of ``{input, output, testtype}``,
-testtype ``stdin`` or ``functional``), ``private_test_cases`` (the same list as a
-JSON string in older releases, else base64 of zlib of a pickle of that JSON string)
-and ``metadata`` (a JSON string; ``func_name`` for functional problems).
-
-The private tests are unpickled by an Unpickler that resolves no global at all, so a
-crafted file can build only plain values (str, bytes, numbers, containers), never
-call anything; the result must be a str or bytes holding JSON. The prompt is
-lcb_runner's generic one; judging is lcb_runner's (``harness/lcb.py``), in the sandbox.
+A record's ``private_test_cases`` are a JSON string in older releases, else base64 of zlib of
+a pickle of that JSON string: they are unpickled by an Unpickler that resolves no global at
+all, so a crafted file can build only plain values (str, bytes, numbers, containers), never
+call anything; the result must be a str or bytes holding JSON. The prompt is lcb_runner's
+generic one; judging is lcb_runner's (``harness/lcb.py``), in the sandbox.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """Math benchmarks: the model reasons, then gives its answer in ``\\boxed{}`` (GSM8K:
-after ``####``); answers are compared as text and numbers, never executed.
-
-- gsm8k: `gsm8k/test.jsonl` (1319); the number after ``####`` (else the last number),
-  equal as a number.
-- math500: `math500/test.jsonl` (500); aime24: `aime24/test.jsonl` (30); aime25:
-  `aime25/aime2025-I.jsonl` + `-II.jsonl` (30); amc23: `amc23/test.jsonl` (40, the gold a
-  JSON float); minerva_math: `minerva_math/test.jsonl` (272, the gold the last
-  ``\\boxed{}`` of the solution); olympiadbench: `olympiadbench/test.jsonl` (675,
-  OE_TO_maths_en_COMP; multiple answers joined by commas, matched in any order).
-
-Every boxed answer is judged by math-verify (`mathverify.py`: LaTeX and number paths, in a
-worker process): the comparison in docs/evaluation.md#math-judges-ours-and-math-verify found
-it right as often as the hand-written judges or more, on every benchmark. Two published
-tolerances stay where both sides are plain numbers: Minerva's 1e-4 relative (Qwen2.5-Math's
-judge) and an OlympiadBench record's own ``error``. Where math-verify reads nothing from one
-side, the answer equals the gold only as the same text (whitespace aside).
+after ``####``); answers are compared as text and numbers, never executed. Every boxed
+answer is judged by math-verify (`mathverify.py`), beside Minerva's and OlympiadBench's
+published numeric tolerances; where math-verify reads nothing from one side, the answer
+equals the gold only as the same text (whitespace aside). Why, and how it was measured:
+docs/evaluation.md#math-judges-ours-and-math-verify.
 """
 
 from __future__ import annotations

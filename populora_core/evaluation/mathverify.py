@@ -1,18 +1,17 @@
-"""Hugging Face's math-verify as a judge, in a worker process with a hard time limit.
+"""Hugging Face's math-verify as a judge, in a worker process with a hard time limit
+(docs/evaluation.md#math-judges-ours-and-math-verify).
 
-MATH-500 answers are judged by it (docs/evaluation.md#math-judges-ours-and-math-verify: it
-accepts `9.0` for 9, `2,220` for 2220 and `1.5` for 3/2, which the normalised-string MATH
-comparison rejects). Only its LaTeX and number paths run: its plain-expression path hands
-the text to sympy's ``parse_expr``, which evaluates it with Python's ``eval``, so that path
-is replaced in the worker by one that refuses. math-verify's own time limits use
-``SIGALRM``, which works only in a process's main thread: the worker is its own process
-(its main thread), and the caller waits at most ``timeout_s`` for each answer before it
-kills the worker and starts another.
+Only its LaTeX and number paths run: its plain-expression path hands the text to sympy's
+``parse_expr``, which evaluates it with Python's ``eval``, so that path is replaced in the
+worker by one that refuses. math-verify's own time limits use ``SIGALRM``, which works only
+in a process's main thread: the worker is its own process (its main thread), and the caller
+waits at most ``timeout_s`` for each answer before it kills the worker and starts another.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import multiprocessing as mp
 import threading
 
@@ -88,13 +87,9 @@ class MathVerifier:
         self._proc = self._conn = None
 
 
-_VERIFIER: MathVerifier | None = None
-
-
+@functools.cache
 def verifier() -> MathVerifier:
     """The process's verifier, started at the first answer, closed at exit."""
-    global _VERIFIER
-    if _VERIFIER is None:
-        _VERIFIER = MathVerifier()
-        atexit.register(_VERIFIER.close)
-    return _VERIFIER
+    shared = MathVerifier()
+    atexit.register(shared.close)
+    return shared

@@ -11,6 +11,7 @@ from functools import reduce
 import numpy as np
 import pandas as pd
 
+from populora_core.evaluation.tables import markdown
 from populora_core.inference.base import BASE
 from populora_core.metrics.stats import mcnemar_exact, paired_bootstrap, wilson
 
@@ -81,20 +82,9 @@ def compare(a: pd.Series, b: pd.Series, *, mcnemar: bool = True) -> list[dict]:
         iv = paired_bootstrap(x, y, rng=np.random.default_rng(0))
         binary = mcnemar and bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
         only_a, only_b = int(((x == 1) & (y == 0)).sum()), int(((x == 0) & (y == 1)).sum())
-        rows.append(
-            {
-                "benchmark": bench,
-                "n": len(part),
-                "pass_a": float(x.mean()),
-                "pass_b": float(y.mean()),
-                "difference": iv.value,
-                "low": iv.low,
-                "high": iv.high,
-                "only_a": only_a if binary else None,
-                "only_b": only_b if binary else None,
-                "p_value": mcnemar_exact(only_a, only_b) if binary else float("nan"),
-            }
-        )
+        discordant = (only_a, only_b, mcnemar_exact(only_a, only_b)) if binary else (None, None, float("nan"))
+        row = (bench, len(part), float(x.mean()), float(y.mean()), iv.value, iv.low, iv.high, *discordant)
+        rows.append(dict(zip(COLUMNS[2:], row, strict=True)))
     return rows
 
 
@@ -148,7 +138,7 @@ def intervals_markdown(table: pd.DataFrame) -> str:
     benches = list(dict.fromkeys(table["benchmark"]))
     counts = {b: set(table.loc[table["benchmark"] == b, "n"]) for b in benches}
     header = [f"{b} ({next(iter(counts[b]))} items)" if len(counts[b]) == 1 else b for b in benches]
-    lines = ["| model | " + " | ".join(header) + " |", "|---" * (len(benches) + 1) + "|"]
+    rows = []
     for model, part in table.groupby("model", sort=False):
         by = part.set_index("benchmark")
         cells = []
@@ -159,25 +149,20 @@ def intervals_markdown(table: pd.DataFrame) -> str:
             r = by.loc[b]
             n = "" if len(counts[b]) == 1 else f" (n = {int(r['n'])})"
             cells.append(f"{r['pass@1']:.3f} [{r['low']:.3f}, {r['high']:.3f}]{n}")
-        lines.append(f"| {model} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append([model, *cells])
+    return markdown(["model", *header], rows)
 
 
 def paired_markdown(table: pd.DataFrame) -> str:
     """The comparisons as a Markdown table."""
-    lines = [
-        "| A | B | benchmark | items | pass@1 A | pass@1 B | A − B [95% paired bootstrap] | only A / only B | "
-        "McNemar p |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for r in table.itertuples(index=False):
         discordant = "–" if r.only_a is None or r.only_a != r.only_a else f"{int(r.only_a)} / {int(r.only_b)}"
         p = "–" if r.p_value != r.p_value else f"{r.p_value:.3g}"
-        lines.append(
-            f"| {r.a} | {r.b} | {r.benchmark} | {r.n} | {r.pass_a:.3f} | {r.pass_b:.3f} | "
-            f"{r.difference:+.3f} [{r.low:+.3f}, {r.high:+.3f}] | {discordant} | {p} |"
-        )
-    return "\n".join(lines)
+        difference = f"{r.difference:+.3f} [{r.low:+.3f}, {r.high:+.3f}]"
+        rows.append([r.a, r.b, r.benchmark, r.n, f"{r.pass_a:.3f}", f"{r.pass_b:.3f}", difference, discordant, p])
+    header = ["A", "B", "benchmark", "items", "pass@1 A", "pass@1 B", "A − B [95% paired bootstrap]"]
+    return markdown([*header, "only A / only B", "McNemar p"], rows)
 
 
 def weakest_verdict(table: pd.DataFrame) -> dict[str, str]:

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from populora_core.evaluation.benchmarks import TEXT_JUDGES, check_program, judge_text
+from populora_core.evaluation.benchmarks import PROGRAM_CHECKS, TEXT_JUDGES
 from populora_core.evaluation.failures import answer_form, run_class
 from populora_core.evaluation.items import EvalItem
 from populora_core.evaluation.math_suites import math_failure
@@ -47,11 +47,11 @@ def judge_answers(
     runs: list[tuple[int, str | None]] = []  # per job: the index of its verdict, the answer's form class
     for item, completion, finish in zip(items, completions, finish_reasons, strict=True):
         if item.kind in TEXT_JUDGES:
-            ok = judge_text(item, completion)
+            ok = TEXT_JUDGES[item.kind](item, completion)
             verdicts.append(Verdict(ok, "", "passed" if ok else math_failure(item, completion, finish)))
             continue
         form = answer_form(item, completion, finish)
-        check = check_program(item, completion)
+        check = PROGRAM_CHECKS[item.kind](item, completion)
         if check is None:
             verdicts.append(Verdict(False, "no answer found", form or "no_code"))
             continue

@@ -32,13 +32,7 @@ from populora_core.evaluation.paired import (
     weakest_verdict,
 )
 from populora_core.evaluation.pass_at_1 import RESULT_COLUMNS, evaluate
-from populora_core.evaluation.tables import (
-    comparison,
-    frame_markdown,
-    markdown_table,
-    pass_at_1,
-    scores_table,
-)
+from populora_core.evaluation.tables import comparison, frame_markdown, pass_at_1, scores_table
 from populora_core.inference.base import BASE
 from populora_core.run import RunDir
 from populora_core.rundir.artifacts import read_parquet, write_parquet_atomic, write_text_atomic
@@ -152,12 +146,13 @@ def evaluation_table(run: RunDir, generation: int, parts: Sequence[str], protoco
     out = run.eval_dir(generation, protocol)
     write_parquet_atomic(results, out / "results.parquet")
     write_parquet_atomic(table, out / "pass_at_1.parquet")
-    write_parquet_atomic(scores_table(table).reset_index(), out / "scores.parquet")
+    scores = scores_table(table)
+    write_parquet_atomic(scores.reset_index(), out / "scores.parquet")
     counts = class_counts(results)
     write_parquet_atomic(counts.reset_index(), out / "failures.parquet")
     markdown = (
         f"# {run.run_id}: pass@1, population of generation {generation}{protocol_title(protocol)}\n\n"
-        f"{markdown_table(table)}\n\n"
+        f"{frame_markdown(scores, 'adapter')}\n\n"
         f"{FAILURES_INTRO}\n\n{counts_markdown(counts, {BASE: 'base model'})}"
     )
     write_text_atomic(markdown, out / "pass_at_1.md")

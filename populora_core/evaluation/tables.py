@@ -4,7 +4,7 @@ of several runs (the table the paper reports)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -58,19 +58,16 @@ def scores_table(table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([scores, population_rows(scores)]).rename_axis("adapter_id")
 
 
+def markdown(header: Sequence[object], rows: Iterable[Sequence[object]]) -> str:
+    """A Markdown table: the header, its rule, then a line per row (each cell as ``str`` writes it)."""
+    lines = ["| " + " | ".join(map(str, cells)) + " |" for cells in [header, *rows]]
+    return "\n".join([lines[0], "|---" * len(header) + "|", *lines[1:]])
+
+
 def frame_markdown(frame: pd.DataFrame, label: str) -> str:
     """``frame`` as a Markdown table, its index the first column (headed ``label``), to 3 decimals."""
-    lines = [f"| {label} | " + " | ".join(frame.columns) + " |", "|---" * (len(frame.columns) + 1) + "|"]
-    for name, row in frame.iterrows():
-        cells = ("–" if pd.isna(v) else f"{v:.3f}" for v in row)
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def markdown_table(table: pd.DataFrame) -> str:
-    """pass@1 as a Markdown table: one row per model and population statistic, one column
-    per benchmark, then the code and math averages."""
-    return frame_markdown(scores_table(table), "adapter")
+    rows = [[name, *("–" if pd.isna(v) else f"{v:.3f}" for v in row)] for name, row in frame.iterrows()]
+    return markdown([label, *frame.columns], rows)
 
 
 def comparison(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:

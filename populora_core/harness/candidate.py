@@ -1,35 +1,13 @@
-"""The candidate in a process of its own: a benchmark's tests judge it through a pipe.
+"""The candidate in a process of its own: a benchmark's tests judge it through a pipe (what
+crosses, what stays behind, and why: docs/evaluation.md#an-answer-cannot-write-its-own-verdict).
 
 A judged program imports this module (``evaluation.harness_calls.program_prelude`` writes
-the line) and then runs in the sandbox as two processes:
-
-- the **judge** (the program itself, which the sandbox worker started): the benchmark's
-  tests, its reference solution, and the verdict the worker reads from fd 3. It makes itself
-  non-dumpable, so no other process of its uid can trace it, read its memory or open its
-  descriptors through ``/proc``;
-- the **candidate**: a fresh interpreter (``exec``, not a fork: it holds none of the judge's
-  memory, neither the tests nor the reference nor their expected values), started with no
-  descriptor but stdin, stdout, stderr and its two pipes, which imports this module from
-  where the judge did (``_bootstrap``). It executes the answer's code as ``__main__`` and
-  then answers calls: the judge's ``CandidateObject`` sends a call's
-  arguments, the candidate returns the value or the exception.
-
-Values cross as pickles that name no class but a builtin type (`wire.py`): None,
-bool, int, float, complex, str, bytes, bytearray, range, slice, and lists, tuples, sets,
-frozensets and dicts of them, and Fractions and Decimals by their parts; a subclass crosses
-as its base type (its own ``__eq__`` stays behind, ``wire.plain``). Anything else stays in
-the candidate's process and crosses as a handle (``CandidateObject``) the judge can call or
-pass back (a class the tests construct, as some MBPP tests do), equal to nothing; read-only
-operations on it (``OPS``: iterating, ``len``, ``float``...) run in the candidate's
-process, once each. So the comparison is the judge's own ``==`` on
-plain values: an answer cannot write the verdict, return an object equal to everything, or
-read the expected outputs. The judge ignores SIGPIPE and lets SIGINT end it, so the
-candidate's signals can only fail it. Exceptions cross by name: a builtin one is raised again
-as itself, any other as ``RuntimeError('<Name>: <message>')``; a call's time limit
-(``CandidateObject.timed``) is kept in the candidate's process and, as a backstop, by the
-judge (``WATCHDOG_*``), raising ``TimeoutError``; StopIteration, StopAsyncIteration,
-GeneratorExit and anything not an Exception cross as RuntimeError; a candidate that dies
-raises ``RuntimeError`` (``TimeoutError`` when its CPU limit killed it).
+the line) and then runs in the sandbox as two processes: the **judge** (the program itself,
+holding the tests, the reference and the verdict the worker reads from fd 3), which makes
+itself non-dumpable; and the **candidate**, a fresh interpreter (``exec``, not a fork: none
+of the judge's memory) with no descriptor but stdin, stdout, stderr and its two pipes, which
+imports this module from where the judge did (``_bootstrap``), executes the answer's code as
+``__main__`` and answers the calls of the judge's ``CandidateObject``s.
 """
 
 from __future__ import annotations
@@ -44,6 +22,11 @@ import sys
 import time
 
 from populora_core.harness.wire import Channel
+
+
+def _forward(op: str):
+    """A method of ``CandidateObject`` doing ``op`` (``OPS``) in the candidate's process."""
+    return lambda self, *args: self._op(op, *args)
 
 
 class CandidateObject:
@@ -81,27 +64,13 @@ class CandidateObject:
     def __iter__(self):
         return iter(self._op("iter"))
 
-    def __len__(self) -> int:
-        return self._op("len")
-
-    def __bool__(self) -> bool:
-        return self._op("bool")
-
-    def __getitem__(self, key):
-        return self._op("getitem", key)
-
-    def __float__(self) -> float:
-        return self._op("float")
-
-    def __int__(self) -> int:
-        return self._op("int")
-
-    def __index__(self) -> int:
-        return self._op("index")
-
-    def __str__(self) -> str:
-        return self._op("str")
-
+    __len__ = _forward("len")
+    __bool__ = _forward("bool")
+    __getitem__ = _forward("getitem")
+    __float__ = _forward("float")
+    __int__ = _forward("int")
+    __index__ = _forward("index")
+    __str__ = _forward("str")
     __hash__ = object.__hash__
     __eq__ = object.__eq__
 

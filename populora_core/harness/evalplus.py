@@ -58,34 +58,26 @@ def _all_tuples(value):
     return tuple(_all_tuples(v) for v in value) if isinstance(value, list) else value
 
 
+_CONVERT = {
+    "each_tuple": lambda args: [tuple(a) for a in args],
+    "each_list_of_tuples": lambda args: [[tuple(x) for x in a] for a in args],
+    "each_tuple_of_tuples": lambda args: [tuple(tuple(x) for x in a) for a in args],
+    "first_list_of_tuples": lambda args: [[tuple(x) for x in args[0]], *args[1:]],
+    "first_tuple": lambda args: [tuple(args[0]), *args[1:]],
+    "second_tuple": lambda args: [args[0], tuple(args[1]), *args[2:]],
+    "first_list_of_sets": lambda args: [[set(x) if isinstance(x, list) and x else {} for x in args[0]]],
+    "float_complex": lambda args: [float(args[0]), complex(args[1])],
+    "complex": lambda args: [complex(args[0])],
+    "first_tuple_of_tuples_or_items": lambda args: [tuple(tuple(x) if isinstance(x, list) else x for x in args[0])],
+    "first_dict_of_tuples": lambda args: [{k: tuple(v) for k, v in args[0].items()}, *args[1:]],
+    "all_tuples": lambda args: list(_all_tuples(args)),
+}
+
+
 def _mbpp_args(task: int, args: list) -> list:
     """One MBPP+ input's arguments as the task's Python values (EvalPlus's deserialisation)."""
     how = _MBPP_ARGS.get(task)
-    if how == "each_tuple":
-        return [tuple(a) for a in args]
-    if how == "each_list_of_tuples":
-        return [[tuple(x) for x in a] for a in args]
-    if how == "each_tuple_of_tuples":
-        return [tuple(tuple(x) for x in a) for a in args]
-    if how == "first_list_of_tuples":
-        return [[tuple(x) for x in args[0]], *args[1:]]
-    if how == "first_tuple":
-        return [tuple(args[0]), *args[1:]]
-    if how == "second_tuple":
-        return [args[0], tuple(args[1]), *args[2:]]
-    if how == "first_list_of_sets":
-        return [[set(x) if isinstance(x, list) and x else {} for x in args[0]]]
-    if how == "float_complex":
-        return [float(args[0]), complex(args[1])]
-    if how == "complex":
-        return [complex(args[0])]
-    if how == "first_tuple_of_tuples_or_items":
-        return [tuple(tuple(x) if isinstance(x, list) else x for x in args[0])]
-    if how == "first_dict_of_tuples":
-        return [{k: tuple(v) for k, v in args[0].items()}, *args[1:]]
-    if how == "all_tuples":
-        return list(_all_tuples(args))
-    return args
+    return _CONVERT[how](args) if how else args
 
 
 def _is_floats(x) -> bool:

@@ -92,13 +92,6 @@ def _join_threads() -> None:
                 thread.join()
 
 
-def _function(scope: dict, fn_name: str, source: str):
-    """``Solution().fn_name`` for LeetCode-style code, else the module's ``fn_name``."""
-    if "class Solution" in source:
-        return getattr(scope["Solution"](), fn_name)
-    return scope[fn_name]
-
-
 _ANSWER: dict = {}
 """In the answer's process: its compiled code, source and (functional problems) method."""
 
@@ -111,7 +104,8 @@ def answer_setup(source: str, fn_name) -> None:
         scope = {"__name__": "__solution__", "exit": _exit, "quit": _exit}
         exec(PRELUDE, scope)  # noqa: S102
         exec(_ANSWER["compiled"], scope)  # noqa: S102 - the candidate, in the sandbox
-        _ANSWER["method"] = _function(scope, fn_name, source)
+        # LeetCode-style code: ``Solution().fn_name``, else the module's ``fn_name``
+        _ANSWER["method"] = getattr(scope["Solution"](), fn_name) if "class Solution" in source else scope[fn_name]
 
 
 def answer_call(args: list):

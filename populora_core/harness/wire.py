@@ -16,21 +16,8 @@ import fractions
 import io
 import pickle
 
-TYPES = (
-    "list",
-    "tuple",
-    "dict",
-    "set",
-    "frozenset",
-    "int",
-    "float",
-    "complex",
-    "str",
-    "bytes",
-    "bytearray",
-    "range",
-    "slice",
-)
+TYPES = (list, tuple, dict, set, frozenset, int, float, complex, str, bytes, bytearray, range, slice)
+"""The only classes a message may name (``Unpickler``): builtin types, which pickle names."""
 HANDLE, FRACTION, DECIMAL = "\x00candidate-object", "\x00fraction", "\x00decimal"
 TAGS = (HANDLE, FRACTION, DECIMAL)
 """Tagged tuples for what crosses but is no builtin (rebuilt by ``resolve``, which checks
@@ -54,7 +41,7 @@ def plain(obj, handle_of, handle_type):
         return tuple, ((DECIMAL, decimal.Decimal.__str__(obj)),)
     if obj is None or kind in (bool, int, float, str, bytes, bytearray, list, tuple, dict, set, frozenset):
         return NotImplemented
-    if kind is type and obj.__name__ in TYPES and getattr(builtins, obj.__name__) is obj:
+    if kind is type and obj in TYPES:
         return NotImplemented  # a reduction's own callable: pickled by name
     if handle_type is not None and isinstance(obj, handle_type):
         return tuple, ((HANDLE, obj._handle),)
@@ -94,8 +81,9 @@ class Unpickler(pickle.Unpickler):
     """Builds only builtin values: any other class or function a message names is refused."""
 
     def find_class(self, module, name):
-        if module == "builtins" and name in TYPES:
-            return getattr(builtins, name)
+        kind = getattr(builtins, name, None) if module == "builtins" else None
+        if kind in TYPES:
+            return kind
         raise pickle.UnpicklingError(f"a message may not name {module}.{name}")
 
 
@@ -122,8 +110,7 @@ def resolve(value, object_of):
 
 
 class Channel:
-    """One end of the pipes: messages are pickles (streamed, in 64 KiB frames), each followed by
-    a line counting the handles in it."""
+    """One end of the pipes (the messages: the module docstring)."""
 
     def __init__(self, read_fd: int, write_fd: int, handle_type=None) -> None:
         self.handle_type = handle_type  # the handles this end sends back (the judge's)

@@ -1,31 +1,12 @@
-"""Intervals for the rates and means a run reports (pure functions).
+"""Intervals for the rates and means a run reports (pure functions): every per-generation
+figure of a run is a proportion or a mean over a known, small number of samples, drawn with
+its 95% interval so that a curve is read against its noise.
 
-Every per-generation figure of a run is a proportion or a mean over a known,
-small number of samples; these give it a 95% interval so a curve is drawn with
-its band and read against its noise:
-- ``wilson``: the Wilson score interval of a binomial proportion k/n (Wilson, 1927);
-  unlike the normal interval it stays inside [0, 1] and is sane at k = 0 or n;
-- ``mean_interval``: mean ± z·s/√n (normal approximation), for rewards;
-- ``paired_bootstrap``: the difference of two pass rates on the same items, with a
-  percentile interval from resampling items (Efron & Tibshirani, 1993), which keeps
-  the pairing (the same item is hard for both);
-- ``mcnemar_exact``: the exact two-sided McNemar test of two pass rates on the same
-  items (the discordant items under Binomial(n, 1/2));
-- ``cluster_rate``: a proportion over answers grouped in clusters (the G samples of one
-  problem), with the cluster-robust (ratio-estimator) standard error;
-- ``slope_interval``: a least-squares slope with its t interval (widened for a series
-  whose residuals are autocorrelated);
-- ``newcombe_difference``: the difference of two independent proportions with
-  Newcombe's hybrid score interval;
-- ``design_effect``: how much clustering widens a series of proportions, pooled over
-  the series; ``wilson`` at the effective sample size n / design effect widens a rate's
-  interval by it.
-
-The intervals and tests are scipy's and statsmodels' (each function names its own); this
-module keeps the run's conventions around them (NaN for no samples, a zero-width interval
-for one, bounds exactly 0 and 1) and computes by hand only what neither library gives: the
-AR(1) widening of a slope's interval and the design effect pooled over a series. scipy and
-statsmodels are imported on first use.
+The intervals and tests are scipy's and statsmodels' (each function names its own and its
+reference); this module keeps the run's conventions around them (NaN for no samples, a
+zero-width interval for one, bounds exactly 0 and 1) and computes by hand only what neither
+library gives: the AR(1) widening of a slope's interval and the design effect pooled over a
+series. scipy and statsmodels are imported on first use.
 """
 
 from __future__ import annotations
@@ -51,9 +32,6 @@ class Interval:
     def as_dict(self, prefix: str) -> dict[str, float]:
         return {prefix: self.value, f"{prefix}_low": self.low, f"{prefix}_high": self.high, f"{prefix}_n": self.n}
 
-    def __str__(self) -> str:
-        return f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}] (n={self.n})"
-
 
 def _alpha(z: float) -> float:
     """The two-sided significance level whose normal quantile is ``z`` (0.05 for ``Z95``)."""
@@ -63,9 +41,10 @@ def _alpha(z: float) -> float:
 
 
 def wilson(k: float, n: float, z: float = Z95) -> Interval:
-    """Wilson score interval of k successes in n trials (statsmodels' ``proportion_confint``,
-    method "wilson"), exactly 0 at k = 0 and 1 at k = n. n = 0 gives NaN. k and n may be
-    effective counts (divided by a design effect), not whole numbers."""
+    """Wilson score interval of k successes in n trials (Wilson, 1927; statsmodels'
+    ``proportion_confint``, method "wilson"): unlike the normal interval it stays inside
+    [0, 1] and is sane at k = 0 or n, where it is exactly 0 and 1. n = 0 gives NaN. k and n
+    may be effective counts (divided by a design effect), not whole numbers."""
     from statsmodels.stats.proportion import proportion_confint
 
     if n <= 0:
@@ -92,9 +71,10 @@ def mean_interval(values: Sequence[float], z: float = Z95) -> Interval:
 def paired_bootstrap(
     a: Sequence[float], b: Sequence[float], *, rng: np.random.Generator, resamples: int = 10_000
 ) -> Interval:
-    """mean(a − b) over paired items, with the 2.5–97.5 percentile interval of the
-    mean over ``resamples`` resamples of the items (with replacement; scipy's ``bootstrap``,
-    method "percentile", drawing from ``rng``)."""
+    """mean(a − b) over paired items, with the 2.5–97.5 percentile interval of the mean over
+    ``resamples`` resamples of the items with replacement (Efron & Tibshirani, 1993: resampling
+    items keeps the pairing, the same item hard for both; scipy's ``bootstrap``, method
+    "percentile", drawing from ``rng``)."""
     from scipy import stats
 
     d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
@@ -193,7 +173,8 @@ def design_effect(rates: Sequence[float], cluster_ses: Sequence[float], sizes: S
     """Σ cluster-robust variances / Σ binomial variances p(1 − p)/n over a series of
     proportions (NaN entries skipped), at least 1: one design effect for the whole series,
     steadier than each point's own (a point's few clusters make its variance noisy).
-    1 when nothing varies."""
+    1 when nothing varies. ``wilson`` at the effective counts (k and n over it) widens a
+    rate's interval by it."""
     p, se, n = (np.asarray(v, dtype=float) for v in (rates, cluster_ses, sizes))
     ok = ~np.isnan(p) & (n > 0)
     binomial = float((p[ok] * (1 - p[ok]) / n[ok]).sum())

@@ -11,7 +11,7 @@ import pytest
 
 from populora_core.evaluation import pipeline
 from populora_core.evaluation.benchmarks import BENCHMARKS, get_benchmark
-from populora_core.evaluation.tables import comparison, markdown_table, pass_at_1, scores_table
+from populora_core.evaluation.tables import comparison, frame_markdown, pass_at_1, scores_table
 from populora_core.rundir.layout import RunLayout
 from tests.core.evaluation.conftest import DATA
 
@@ -50,7 +50,7 @@ def test_member_averages_and_the_population_on_them():
     assert scores.loc["population min", "cruxeval_o"] == 0.0 and scores.loc["population max", "cruxeval_o"] == 1.0
     assert list(scores.columns)[-2:] == ["code average", "math average"]
     assert list(scores.index) == ["__base__", "a", "b", "population mean", "population min", "population max"]
-    md = markdown_table(table)
+    md = frame_markdown(scores, "adapter")
     assert "| adapter | aime24 | cruxeval_o | gsm8k | humanevalplus | mbppplus | code average | math average |" in md
     assert "| population min | 0.000 | 0.000 | 1.000 | 0.500 | 0.000 | 0.250 | 0.500 |" in md
 
