@@ -90,6 +90,7 @@ QUICK: dict[str, Quick] = {
     "orchestration_overhead": Quick("same_artifacts"),
     "population_overhead": Quick("same_tokens"),
     "prompt_format": Quick("student_samples", data=CRUXEVAL),
+    "request_seeds": Quick("seeded_tok_s", needs="vllm"),
     "sampler_agreement": Quick("learner_float32.tokens", needs="vllm"),
     "service_chaos": Quick("identical", needs="docker", timeout_s=3600),
     "storage": Quick("bytes_per_generation_now"),

@@ -65,9 +65,10 @@ class GenerationRequest:
     """Chat messages (rendered with the tokenizer's chat template) or raw text."""
     adapter: str = BASE
     n: int = 1
-    seed: int = 0
+    seed: int | None = 0
     """Sample i of this request is drawn from a generator seeded with (seed, i),
-    so it does not depend on which other requests share its batch."""
+    so it does not depend on which other requests share its batch. None: unseeded, each
+    sample from a fresh nondeterministic draw (benchmarks/request_seeds.py measures both)."""
     prefill: str = ""
     """Text the assistant turn starts with (e.g. "<think>"); part of the prompt."""
 

@@ -40,6 +40,15 @@ from populora_core.models import load_model
 from populora_core.population.lora import LoraAdapter
 
 
+def _generator(seed: int | None, sample: int) -> torch.Generator:
+    """Sample ``sample``'s generator of a request seeded with ``seed``; None: a nondeterministic seed."""
+    gen = torch.Generator()
+    if seed is None:
+        gen.seed()
+        return gen
+    return gen.manual_seed((seed * 1_000_003 + sample) % 2**63)
+
+
 def sample_rows(logits: torch.Tensor, params: SamplingParams, gens: Sequence[torch.Generator]) -> list[int]:
     """One token per row of ``logits`` (B, V): temperature, then top-k, then top-p, row b drawn
     with ``gens[b]``. Top-k is taken for the whole batch at once, and a row's draw is over its
@@ -169,7 +178,7 @@ class HFBackend:
     ) -> list[Completion]:
         """Completions of one batch of ``plan_batches``: rows are (request index, sample index)."""
         dtype = next(self.base.parameters()).dtype
-        gens = [torch.Generator().manual_seed((requests[i].seed * 1_000_003 + j) % 2**63) for i, j in rows]
+        gens = [_generator(requests[i].seed, j) for i, j in rows]
         names = [requests[i].adapter for i, _ in rows]
         tokens: list[list[int]] = [[] for _ in rows]
         logps: list[list[float]] = [[] for _ in rows]

@@ -245,7 +245,7 @@ class VLLMBackend:
             "model": SERVED_BASE if request.adapter == BASE else self.served[request.adapter],
             "prompt": prompt,
             "n": request.n,
-            "seed": request.seed,
+            "seed": request.seed,  # None: unseeded (the engine's own generator)
             "max_tokens": min(params.max_new_tokens, room),
             "temperature": params.temperature,
             "top_p": params.top_p,

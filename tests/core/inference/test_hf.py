@@ -63,6 +63,14 @@ def test_seeds_give_the_same_samples_whatever_the_batch(backend):
     assert other_seed[0].token_ids != alone[0].token_ids
 
 
+def test_an_unseeded_request_samples_afresh(backend):
+    """seed=None (benchmarks/request_seeds.py's unseeded arm): each call draws new samples."""
+    params = SamplingParams(temperature=1.0, top_k=50, max_new_tokens=12)
+    request = GenerationRequest(MESSAGES, adapter=backend.ids[0], n=2, seed=None)
+    first, again = ([c.token_ids for c in backend.generate([request], params)[0]] for _ in range(2))
+    assert first != again
+
+
 def test_the_cpu_backend_decodes_through_the_grouped_attention(backend):
     assert backend.base.config._attn_implementation == NAME  # inference.attention
 
