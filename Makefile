@@ -90,7 +90,8 @@ test-fast: setup
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q -m "not slow and not docker and not vllm and not heavy"
 
-## test-slow: the tests marked slow (a SIGKILL during every stage; the paper run killed mid-generation and on Ray;
+## test-slow: the tests marked slow (a SIGKILL during every stage; an update OOM-killed; prune, resume and replay;
+## the paper run killed mid-generation and on Ray;
 ## a fresh vLLM server repeating seeded samples; every item of the benchmark sweeps; the full sandbox flood; every
 ## benchmark script's --quick form, external_engine.py's in .venv-ov)
 test-slow:

@@ -65,6 +65,9 @@ def memory_cgroup():
             time.sleep(0.1)
 
 
+# make test-slow (447 s in a loaded make test here): CI stays under 40 minutes; make test kills and
+# resumes every kind of stage (test_train.py's SIGKILL test) and splits an update that runs out of memory
+@pytest.mark.slow
 def test_an_update_killed_by_the_oom_killer_is_named_with_its_signal_and_peak_memory_and_resume_finishes(
     memory_cgroup, prefect_server, tiny_model, tmp_path
 ):

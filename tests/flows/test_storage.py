@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import shutil
 
+import pytest
+
 from populora_core.analysis.data import load_run
 from populora_core.run import RunDir
 from populora_core.rundir.links import link_or_copy
@@ -48,6 +50,9 @@ def test_a_run_links_what_did_not_change_and_keeps_one_optimizer_snapshot(refere
         assert not list(run.members_dir(s).glob(f"*/{OPTIMIZER_STATE}")), s
 
 
+# make test-slow (420 s in a loaded make test here): CI stays under 40 minutes; make test checks prune
+# on a run directory (tests/core/rundir/test_storage.py)
+@pytest.mark.slow
 def test_prune_then_resume_and_replay_and_the_original_is_never_written_through_a_link(
     reference_run, prefect_server, tmp_path
 ):
