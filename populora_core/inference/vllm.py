@@ -105,7 +105,12 @@ def cpu_build_env() -> dict[str, str]:
 class VLLMBackend:
     """Generation through vLLM servers: one started here per entry of ``gpus`` (its
     ``CUDA_VISIBLE_DEVICES``; none: one server, the environment as it is), or the one at
-    ``url``. Requests spread over the servers; every adapter is loaded on each."""
+    ``url``. Requests spread over the servers; every adapter is loaded on each.
+
+    ``seeded``: each request carries its seed on the CPU build (and to a server at ``url``), where a
+    seeded request samples the same tokens again (a recomputed stage, a restarted server); not on the
+    GPU build, whose tokens depend on the rest of the batch anyway and where a seeded batch loses
+    vLLM's FlashInfer sampler (docs/benchmarks.md#seeds-per-request)."""
 
     def __init__(
         self,
@@ -136,14 +141,9 @@ class VLLMBackend:
         self.adapters: set[str] = set()
         self.served: dict[str, str] = {}  # adapter id -> the name its current version is served under
         self.servers: list[_Server] = []
-        # Each request carries its seed on the CPU build (and to a server at ``url``): a seeded request
-        # samples the same tokens again (a recomputed stage, a restarted server). Not on the GPU build:
-        # its tokens depend on the rest of the batch anyway, and a seeded batch loses vLLM's FlashInfer
-        # sampler (docs/benchmarks.md#seeds-per-request); what was sampled is kept in the artifacts.
-        self.seeded = True
         deadline = time.monotonic() + startup_timeout_s
         if url is not None:
-            self.servers = [_Server(url.rstrip("/"))]
+            self.servers, self.seeded = [_Server(url.rstrip("/"))], True
             self.servers[0].wait_healthy(deadline)
             return
         python = Path(venv) / "bin" / "python"
