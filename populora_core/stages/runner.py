@@ -39,7 +39,20 @@ def _earlier_cells(run: RunDir, g: int) -> pd.DataFrame:
     return pd.concat(cells, ignore_index=True) if cells else pd.DataFrame(columns=["teacher_id", "cvt_cell"])
 
 
+def _base_probes(run: RunDir, g: int) -> pd.DataFrame:
+    """The probes of the latest generation before ``g`` that was probed (the base's answers are
+    read from them), or an empty frame."""
+    for e in range(g - 1, -1, -1):
+        path = artifact_path(run.gen(e), "probes")
+        if path.is_file():
+            frame = run.read(e, "probes")
+            if len(frame):
+                return frame
+    return pd.DataFrame(columns=["adapter_id", "problem_id"])
+
+
 INPUTS: dict[str, Callable[[RunDir, int], object]] = {
+    "base_probes": _base_probes,
     "members": lambda run, g: run.members(g),
     "next_members": lambda run, g: run.members(g + 1),
     "start_buffers": _buffers,

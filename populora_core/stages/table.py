@@ -62,7 +62,7 @@ TABLE: tuple[Stage, ...] = (
         needs=("pool",),
     ),
     Stage("solve", "play.solve", ("problems", "pairings"), ("rollouts",), needs=("backend",)),
-    Stage("probe", "probe.probe", ("members",), ("probes",), needs=("backend", "pool")),
+    Stage("probe", "probe.probe", ("members", "base_probes"), ("probes",), needs=("backend", "pool")),
     Stage("verify", "play.verify", ("rollouts", "problems"), ("verdicts",), needs=("pool",)),
     Stage("reward", "learn.reward", ("proposals", "problems", "rollouts", "verdicts"), ("rewards",)),
     Stage(

@@ -4,6 +4,7 @@ and one update that pushes an adapter away from its greedy answers shows up as d
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 
@@ -41,10 +42,13 @@ def setup(tmp_path_factory):
     return backend, Trainer(trainer_model, tokenizer, CONFIG.population), members, adapters, root
 
 
+NONE = pd.DataFrame(columns=["adapter_id", "problem_id"])
+
+
 @pytest.mark.heavy  # the real SmolLM2, generation and an update
 def test_untrained_adapters_show_no_drift_and_an_update_does(setup, local_pool):
     backend, trainer, members, adapters, root = setup
-    before = probe(members=members, backend=backend, pool=local_pool, config=CONFIG, generation=0)
+    before = probe(members=members, base_probes=NONE, backend=backend, pool=local_pool, config=CONFIG, generation=0)
     assert set(before["adapter_id"]) == {BASE, *(m.adapter_id for m in members)}
     assert len(before) == 2 * (len(members) + 1)
     assert not before["changed"].any()  # B = 0: every member is the base model
@@ -61,15 +65,34 @@ def test_untrained_adapters_show_no_drift_and_an_update_does(setup, local_pool):
     save_adapter(updated, root / "updated")
     backend.load_adapter(moved, root / "updated")
 
-    after = probe(members=members, backend=backend, pool=local_pool, config=CONFIG, generation=1)
+    asked: list[str] = []
+    generate = backend.generate
+    backend.generate = lambda requests, params, **kw: (
+        asked.extend(r.adapter for r in requests) or generate(requests, params, **kw)
+    )
+    try:  # the base's answers come from the earlier generation's probes: nothing asks the base again
+        after = probe(
+            members=members, base_probes=before, backend=backend, pool=local_pool, config=CONFIG, generation=1
+        )
+    finally:
+        del backend.generate
+    assert BASE not in asked and len(asked) == 2 * len(members)
+    assert (
+        after[after["adapter_id"] == BASE]
+        .reset_index(drop=True)
+        .equals(before[before["adapter_id"] == BASE].reset_index(drop=True))
+    )
     changed = after.groupby("adapter_id")["changed"].mean()
     assert changed[moved] > 0
     assert (changed.drop(moved) == 0).all()
+    other = before.assign(problem_id="another item")  # base answers to other items are not reused
+    again = probe(members=members, base_probes=other, backend=backend, pool=local_pool, config=CONFIG, generation=1)
+    assert len(again) == len(before) and set(again["adapter_id"]) == set(before["adapter_id"])
 
 
 def test_probing_can_be_turned_off_or_spaced(setup, local_pool):
     backend, _, members, _, _ = setup
     off = CONFIG.model_copy(update={"probe": CONFIG.probe.model_copy(update={"items": 0})})
-    assert probe(members=members, backend=backend, pool=local_pool, config=off, generation=0).empty
+    assert probe(members=members, backend=backend, pool=local_pool, config=off, generation=0, base_probes=NONE).empty
     spaced = CONFIG.model_copy(update={"probe": CONFIG.probe.model_copy(update={"every": 2})})
-    assert probe(members=members, backend=backend, pool=local_pool, config=spaced, generation=1).empty
+    assert probe(members=members, backend=backend, pool=local_pool, config=spaced, generation=1, base_probes=NONE).empty
