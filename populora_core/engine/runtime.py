@@ -77,19 +77,14 @@ class Runtime:
     def trainer(self) -> TrainerPool:
         self._start("trainer")
         if self._trainer is None:
-            from populora_core.models import load_model
-            from populora_core.training.trainer import Trainer
+            from populora_core.engine.trainers import DeviceTrainers, load_trainer
 
-            devices = self._trainer_devices()
-            if devices:  # a trainer process per device, the updates in parallel
-                from populora_core.engine.trainers import DeviceTrainers
-
-                self._trainer = DeviceTrainers(self.config, self.model_path, devices)
-                return self._trainer
-            model_cfg = self.config.model
-            expandable_segments()
-            model, tokenizer = load_model(self.model_path, dtype=model_cfg.dtype, device=model_cfg.device)
-            self._trainer = Trainer(model, tokenizer, self.config.population)
+            devices = self._trainer_devices()  # several: a trainer process per device, the updates in parallel
+            self._trainer = (
+                DeviceTrainers(self.config, self.model_path, devices)
+                if devices
+                else load_trainer(self.config, self.model_path)
+            )
         return self._trainer
 
     def _trainer_devices(self) -> list[str]:

@@ -117,15 +117,20 @@ def _run(fn: Callable[[object, T], R], job: T) -> R:
     if _WORKER["trainer"] is None:
         import torch
 
-        from populora_core.models import load_model
-        from populora_core.training.trainer import Trainer
-
-        config = _WORKER["config"]
-        torch.set_num_threads(config.model.threads)
-        expandable_segments()
-        model, tokenizer = load_model(_WORKER["model_path"], dtype=config.model.dtype, device=config.model.device)
-        _WORKER["trainer"] = Trainer(model, tokenizer, config.population)
+        torch.set_num_threads(_WORKER["config"].model.threads)
+        _WORKER["trainer"] = load_trainer(_WORKER["config"], _WORKER["model_path"])
     return fn(_WORKER["trainer"], job)
+
+
+def load_trainer(config: RunConfig, model_path: Path):
+    """A ``Trainer`` on ``model.device``: the base loaded from ``model_path``, the allocator set first
+    (this process's trainer, ``engine.runtime``, and each worker's)."""
+    from populora_core.models import load_model
+    from populora_core.training.trainer import Trainer
+
+    expandable_segments()
+    model, tokenizer = load_model(model_path, dtype=config.model.dtype, device=config.model.device)
+    return Trainer(model, tokenizer, config.population)
 
 
 ALLOC_CONF = "expandable_segments:True"
