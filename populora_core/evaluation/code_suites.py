@@ -9,14 +9,13 @@ EvalPlus's comparison of every base and plus input against the canonical solutio
 from __future__ import annotations
 
 import ast
-import gzip
 import json
 import re
 import textwrap
 from pathlib import Path
 
 from populora_core.evaluation.harness_calls import harness_call, program_prelude
-from populora_core.evaluation.items import CODE_SYSTEM, EvalItem, chat, code_prompt, fenced
+from populora_core.evaluation.items import CODE_SYSTEM, EvalItem, chat, code_prompt, fenced, read_jsonl
 from populora_core.harness import evalplus
 
 PLUS_LIMITS = {"timeout_s": 300.0, "memory_mb": 4096}
@@ -51,13 +50,8 @@ def _plus(p: dict, dataset: str) -> dict:
     }
 
 
-def _read_gzip_jsonl(path: Path) -> list[dict]:
-    with gzip.open(path, "rt") as fh:
-        return [json.loads(line) for line in fh]
-
-
 def load_humanevalplus(data_dir: Path) -> list[EvalItem]:
-    problems = _read_gzip_jsonl(Path(data_dir) / "humanevalplus" / "HumanEvalPlus.jsonl.gz")
+    problems = read_jsonl(Path(data_dir) / "humanevalplus" / "HumanEvalPlus.jsonl.gz")
     return [_humaneval_item("humanevalplus", p, _plus(p, "humaneval")) for p in problems]
 
 
@@ -70,7 +64,7 @@ def load_mbppplus(data_dir: Path) -> list[EvalItem]:
             "code",
             {"prompt": "", "entry_point": p["entry_point"], "test": "", "plus": _plus(p, "mbpp")} | PLUS_LIMITS,
         )
-        for p in _read_gzip_jsonl(Path(data_dir) / "mbppplus" / "MbppPlus.jsonl.gz")
+        for p in read_jsonl(Path(data_dir) / "mbppplus" / "MbppPlus.jsonl.gz")
     ]
 
 
@@ -87,8 +81,7 @@ def load_mbpp(data_dir: Path) -> list[EvalItem]:
 
 def load_cruxeval(data_dir: Path, mode: str) -> list[EvalItem]:
     items = []
-    for line in (Path(data_dir) / "cruxeval" / "cruxeval.jsonl").read_text().splitlines():
-        r = json.loads(line)
+    for r in read_jsonl(Path(data_dir) / "cruxeval" / "cruxeval.jsonl"):
         if mode == "o":
             user = (
                 f"```python\n{r['code']}\n```\nWhat does `f({r['input']})` return? "

@@ -1,10 +1,13 @@
-"""What every benchmark family shares: one question with its chat prompt, and the
-fenced-block extraction code answers are read with."""
+"""What every benchmark family shares: one question with its chat prompt, the published
+JSON Lines its records are read from, and the fenced-block extraction code answers are read with."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 CODE_SYSTEM = "You are an expert Python programmer."
 MATH_SYSTEM = "You are a careful mathematician."
@@ -54,6 +57,12 @@ def code_prompt(text: str) -> tuple[dict, ...]:
 
 def math_prompt(problem: str, instruction: str = "put the final answer in \\boxed{}") -> tuple[dict, ...]:
     return chat(MATH_SYSTEM, f"{problem}\nSolve it step by step and {instruction}.")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Every record of a JSON Lines file (gzip-compressed when its name ends in ``.gz``), blank lines skipped."""
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
 
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)

@@ -20,7 +20,7 @@ import zlib
 from pathlib import Path
 
 from populora_core.evaluation.harness_calls import harness_call, program_prelude
-from populora_core.evaluation.items import EvalItem, chat, fenced
+from populora_core.evaluation.items import EvalItem, chat, fenced, read_jsonl
 from populora_core.harness import lcb
 
 LCB_SYSTEM = (
@@ -102,7 +102,7 @@ def load_livecodebench(data_dir: Path) -> list[EvalItem]:
             f"no LiveCodeBench files in {Path(data_dir) / 'livecodebench'}: put code_generation_lite's "
             "test*.jsonl there (huggingface.co/datasets/livecodebench/code_generation_lite)"
         )
-    return [problem_item(json.loads(line)) for f in files for line in f.read_text().splitlines() if line.strip()]
+    return [problem_item(r) for f in files for r in read_jsonl(f)]
 
 
 def check_livecodebench(item: EvalItem, completion: str) -> tuple[str, str] | None:

@@ -9,12 +9,11 @@ docs/evaluation.md#math-judges-ours-and-math-verify.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import re
 from pathlib import Path
 
-from populora_core.evaluation.items import MATH_SYSTEM, EvalItem, chat, math_prompt
+from populora_core.evaluation.items import MATH_SYSTEM, EvalItem, chat, math_prompt, read_jsonl
 from populora_core.evaluation.mathverify import verifier
 
 MINERVA_TOL = 1e-4  # relative, where answer and gold are plain numbers (Qwen2.5-Math's Minerva judge)
@@ -50,13 +49,9 @@ def _number(text: str) -> float | None:
         return None
 
 
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def load_gsm8k(data_dir: Path) -> list[EvalItem]:
     items = []
-    for i, r in enumerate(_jsonl(Path(data_dir) / "gsm8k" / "test.jsonl")):
+    for i, r in enumerate(read_jsonl(Path(data_dir) / "gsm8k" / "test.jsonl")):
         gold = r["answer"].split("####")[-1].strip().replace(",", "")
         user = f"{r['question']}\nSolve it step by step, then give the final number after '####'."
         items.append(EvalItem("gsm8k", f"gsm8k/{i}", chat(MATH_SYSTEM, user), "number", {"gold": gold}))
@@ -66,21 +61,21 @@ def load_gsm8k(data_dir: Path) -> list[EvalItem]:
 def load_math500(data_dir: Path) -> list[EvalItem]:
     return [
         EvalItem("math500", r["unique_id"], math_prompt(r["problem"]), "math", {"gold": r["answer"]})
-        for r in _jsonl(Path(data_dir) / "math500" / "test.jsonl")
+        for r in read_jsonl(Path(data_dir) / "math500" / "test.jsonl")
     ]
 
 
 def load_aime24(data_dir: Path) -> list[EvalItem]:
     return [
         EvalItem("aime24", f"aime24/{r['id']}", math_prompt(r["problem"]), "integer", {"gold": r["answer"]})
-        for r in _jsonl(Path(data_dir) / "aime24" / "test.jsonl")
+        for r in read_jsonl(Path(data_dir) / "aime24" / "test.jsonl")
     ]
 
 
 def load_aime25(data_dir: Path) -> list[EvalItem]:
     items = []
     for part in ("I", "II"):
-        for i, r in enumerate(_jsonl(Path(data_dir) / "aime25" / f"aime2025-{part}.jsonl"), start=1):
+        for i, r in enumerate(read_jsonl(Path(data_dir) / "aime25" / f"aime2025-{part}.jsonl"), start=1):
             items.append(
                 EvalItem("aime25", f"aime25/{part}-{i}", math_prompt(r["question"]), "integer", {"gold": r["answer"]})
             )
@@ -90,13 +85,13 @@ def load_aime25(data_dir: Path) -> list[EvalItem]:
 def load_amc23(data_dir: Path) -> list[EvalItem]:
     return [
         EvalItem("amc23", f"amc23/{r['id']}", math_prompt(r["problem"]), "numeric", {"gold": float(r["answer"])})
-        for r in _jsonl(Path(data_dir) / "amc23" / "test.jsonl")
+        for r in read_jsonl(Path(data_dir) / "amc23" / "test.jsonl")
     ]
 
 
 def load_minerva_math(data_dir: Path) -> list[EvalItem]:
     items = []
-    for r in _jsonl(Path(data_dir) / "minerva_math" / "test.jsonl"):
+    for r in read_jsonl(Path(data_dir) / "minerva_math" / "test.jsonl"):
         gold = last_boxed(r["solution"])
         if gold is None:
             raise ValueError(f"minerva_math {r['idx']}: no \\boxed{{}} answer in the solution")
@@ -119,7 +114,7 @@ def _olympiad_instruction(r: dict) -> str:
 
 def load_olympiadbench(data_dir: Path) -> list[EvalItem]:
     items = []
-    for r in _jsonl(Path(data_dir) / "olympiadbench" / "test.jsonl"):
+    for r in read_jsonl(Path(data_dir) / "olympiadbench" / "test.jsonl"):
         data = {
             "gold": ", ".join(clean_gold(a) for a in r["final_answer"]),
             "answer_type": r["answer_type"],
