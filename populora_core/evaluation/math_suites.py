@@ -73,13 +73,11 @@ def load_aime24(data_dir: Path) -> list[EvalItem]:
 
 
 def load_aime25(data_dir: Path) -> list[EvalItem]:
-    items = []
-    for part in ("I", "II"):
-        for i, r in enumerate(read_jsonl(Path(data_dir) / "aime25" / f"aime2025-{part}.jsonl"), start=1):
-            items.append(
-                EvalItem("aime25", f"aime25/{part}-{i}", math_prompt(r["question"]), "integer", {"gold": r["answer"]})
-            )
-    return items
+    return [
+        EvalItem("aime25", f"aime25/{part}-{i}", math_prompt(r["question"]), "integer", {"gold": r["answer"]})
+        for part in ("I", "II")
+        for i, r in enumerate(read_jsonl(Path(data_dir) / "aime25" / f"aime2025-{part}.jsonl"), start=1)
+    ]
 
 
 def load_amc23(data_dir: Path) -> list[EvalItem]:
