@@ -31,16 +31,12 @@ def plain(obj, handle_of, handle_type):
     kind = type(obj)
     if kind is complex:
         return complex, (obj.real, obj.imag)
-    if kind is range:
-        return range, (obj.start, obj.stop, obj.step)
-    if kind is slice:
-        return slice, (obj.start, obj.stop, obj.step)
     if isinstance(obj, fractions.Fraction):
         return tuple, ((FRACTION, int(obj.numerator), int(obj.denominator)),)
     if isinstance(obj, decimal.Decimal):
         return tuple, ((DECIMAL, decimal.Decimal.__str__(obj)),)
-    if obj is None or kind in (bool, int, float, str, bytes, bytearray, list, tuple, dict, set, frozenset):
-        return NotImplemented
+    if obj is None or kind is bool or kind in TYPES:
+        return NotImplemented  # pickled as they are (a range or a slice reduces itself to its three ends)
     if kind is type and obj in TYPES:
         return NotImplemented  # a reduction's own callable: pickled by name
     if handle_type is not None and isinstance(obj, handle_type):
