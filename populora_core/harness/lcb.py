@@ -37,24 +37,20 @@ def _lines(text: str) -> list[str]:
     return [line.strip() for line in text.strip().split("\n")]
 
 
-def _decimals(line: str):
+def _same_line(got: str, want: str) -> bool:
+    """Equal as text, or as ``Decimal`` tokens when both lines are numbers only."""
+    if got == want:
+        return True
     try:
-        return [Decimal(token) for token in line.split()]
+        got_numbers, want_numbers = [Decimal(t) for t in got.split()], [Decimal(t) for t in want.split()]
     except Exception:  # noqa: BLE001 - not numbers: the line is compared as text only
-        return None
+        return False
+    return got_numbers == want_numbers
 
 
 def _same_output(got: str, want: str) -> bool:
     got_lines, want_lines = _lines(got), _lines(want)
-    if len(got_lines) != len(want_lines):
-        return False
-    for g, w in zip(got_lines, want_lines, strict=True):
-        if g == w:
-            continue
-        dg, dw = _decimals(g), _decimals(w)
-        if dg is None or dw is None or dg != dw:
-            return False
-    return True
+    return len(got_lines) == len(want_lines) and all(map(_same_line, got_lines, want_lines))
 
 
 def _run_stdin(compiled, stdin_text: str) -> str:
