@@ -81,9 +81,7 @@ def _mbpp_args(task: int, args: list) -> list:
 
 
 def _is_floats(x) -> bool:
-    if isinstance(x, float):
-        return True
-    return isinstance(x, (list, tuple)) and bool(x) and all(isinstance(i, float) for i in x)
+    return isinstance(x, float) or (isinstance(x, (list, tuple)) and bool(x) and all(isinstance(i, float) for i in x))
 
 
 def _close(out, exp, atol: float) -> bool:
