@@ -40,8 +40,7 @@ def class_counts(results: pd.DataFrame) -> pd.DataFrame:
 
 def counts_markdown(counts: pd.DataFrame, names: Mapping[str, str] | None = None) -> str:
     """``class_counts`` as Markdown (``names``: adapter id -> the label to print)."""
-    names = names or {}
-    rows = [[names.get(a, a), bench, *(int(v) for v in row)] for (a, bench), row in counts.iterrows()]
+    rows = [[(names or {}).get(a, a), bench, *(int(v) for v in row)] for (a, bench), row in counts.iterrows()]
     return markdown(["model", "benchmark", *counts.columns], rows)
 
 

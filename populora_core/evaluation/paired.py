@@ -125,8 +125,7 @@ def model_intervals(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     for name, scores in run_models(runs).items():
         if name.endswith(MEAN) or f": {WEAKEST} (" in name:
             continue
-        scores = scores.dropna()
-        for bench, part in by_benchmark(scores):
+        for bench, part in by_benchmark(scores.dropna()):
             iv = wilson(float(part.sum()), len(part))
             rows.append((name, bench, len(part), int(part.sum()), iv.value, iv.low, iv.high))
     return pd.DataFrame(rows, columns=["model", "benchmark", "n", "passed", "pass@1", "low", "high"])

@@ -201,8 +201,7 @@ def comparison_table(runs: Sequence[tuple[RunDir, int]], protocol: str = "standa
         if run.config().population.single_agent:
             single.append(label)
     frame = comparison(tables)
-    first = runs[0][0]
-    out = first.comparison_dir(protocol)
+    out = runs[0][0].comparison_dir(protocol)  # the first run's
     write_parquet_atomic(frame.rename_axis("model").reset_index(), out / "comparison.parquet")
     title = "pass@1: population versus base model, " + ", ".join(tables) + protocol_title(protocol)
     markdown = f"# {title}\n\n" + frame_markdown(frame, "model")

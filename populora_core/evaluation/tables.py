@@ -34,10 +34,9 @@ def member_scores(table: pd.DataFrame) -> pd.DataFrame:
     each aggregate (the mean over that family's benchmarks in ``table``) when the
     family has any."""
     members = table[~table["adapter_id"].str.startswith("population ")]
-    order = list(dict.fromkeys(members["adapter_id"]))
-    wide = members.pivot(index="adapter_id", columns="benchmark", values="pass@1").reindex(order)
     benchmarks = list(dict.fromkeys(table["benchmark"]))
-    wide = wide[benchmarks]
+    wide = members.pivot(index="adapter_id", columns="benchmark", values="pass@1")
+    wide = wide.reindex(index=list(dict.fromkeys(members["adapter_id"])), columns=benchmarks)
     for column, fam in AGGREGATES.items():
         chosen = [b for b in benchmarks if get_benchmark(b).family == fam]
         if chosen:
