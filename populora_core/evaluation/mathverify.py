@@ -11,6 +11,7 @@ waits at most ``timeout_s`` for each answer before it kills the worker and start
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import multiprocessing as mp
 import threading
@@ -70,12 +71,10 @@ class MathVerifier:
         with self._lock:
             if self._proc is None or not self._proc.is_alive():
                 self._start()
-            try:
+            with contextlib.suppress(EOFError, BrokenPipeError, ConnectionResetError):
                 self._conn.send((gold, answer))
                 if self._conn.poll(self.timeout_s):
                     return self._conn.recv()
-            except (EOFError, BrokenPipeError, ConnectionResetError):
-                pass
             self.close()  # hung or dead: the next answer gets a fresh worker
             return None
 

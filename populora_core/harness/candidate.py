@@ -14,6 +14,7 @@ from __future__ import annotations
 import __future__
 
 import builtins
+import contextlib
 import operator
 import os
 import signal
@@ -157,10 +158,8 @@ def serve(requests: int, replies: int) -> None:
 def _reply(channel: Channel, reply: dict, handle_of) -> None:
     """Sends ``reply`` after the candidate's output; a value pickle refuses midway (nesting
     deeper than the recursion limit) ends this process, its reason on stderr."""
-    try:
+    with contextlib.suppress(BaseException):  # the candidate may have closed its stdout
         sys.stdout.flush()
-    except BaseException:  # noqa: BLE001 - the candidate may have closed its stdout
-        pass
     try:
         channel.send(reply, handle_of)
     except BaseException as exc:  # noqa: BLE001
@@ -193,12 +192,10 @@ class CandidateProcess:
     is the candidate's top-level callable, to be called like the original."""
 
     def __init__(self, source: str) -> None:
-        try:
+        with contextlib.suppress(Exception):  # where it fails, the sandbox worker already is (and so its children)
             import ctypes
 
             ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no trace, no /proc/<pid>/fd|mem
-        except Exception:  # noqa: BLE001 - the sandbox worker already is (and so its children)
-            pass
         # Signals the answer can send (same uid): none may run a handler in the judge. SIGINT's
         # KeyboardInterrupt could land in a test's bare `except:`; SIGINT now ends the judge (a
         # wrong verdict). SIGPIPE: a dead answer's pipe raises BrokenPipeError, not a kill.

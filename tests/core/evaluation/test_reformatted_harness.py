@@ -67,7 +67,9 @@ def harness(tmp_path_factory):
     assert sorted(p.stem for p in package.glob("*.py")) == sorted(MODULES)
     comments = [[line for line in text.splitlines() if line.lstrip().startswith("#")] for text in texts.values()]
     assert comments == [[NOTE.strip()]] * len(MODULES) and not any('"""' in text for text in texts.values())
-    assert "import __future__, builtins, operator, os, signal, subprocess, sys, time\n" in texts["candidate"]
+    assert (
+        "import __future__, builtins, contextlib, operator, os, signal, subprocess, sys, time\n" in texts["candidate"]
+    )
     assert "import builtins, decimal, fractions, io, pickle\n" in texts["wire"]
     return package
 
