@@ -1,10 +1,7 @@
-"""Why a held-out answer failed: one class for every judged answer, decided by the judge
-(each class: docs/evaluation.md#failure-classes).
-
-The judge first reads the answer's form on the host (parsing only: ``ast.parse`` never runs
-anything), then runs the program in the sandbox; the class is the first that holds.
-Correctness is the judge's unchanged verdict: the class only says why. ``FORMAT`` are the
-classes about the answer's form; ``CODE`` those about what the code does.
+"""Why a held-out answer failed: one class for every judged answer, the first that holds, decided
+by the judge, whose verdict it leaves as it was (each class: docs/evaluation.md#failure-classes).
+``FORMAT`` are the classes of the answer's form, read on the host (``ast.parse``: nothing runs);
+``CODE`` those of what its code does in the sandbox.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Hugging Face's math-verify as a judge, in a worker process with a hard time limit
-(docs/evaluation.md#math-judges-ours-and-math-verify).
-
-Only its LaTeX and number paths run: its plain-expression path hands the text to sympy's
-``parse_expr``, which evaluates it with Python's ``eval``, so that path is replaced in the
-worker by one that refuses. math-verify's own time limits use ``SIGALRM``, which works only
-in a process's main thread: the worker is its own process (its main thread), and the caller
-waits at most ``timeout_s`` for each answer before it kills the worker and starts another.
+"""Hugging Face's math-verify as a judge (docs/evaluation.md#math-judges-ours-and-math-verify):
+its LaTeX and number paths only (its plain-expression path hands the text to sympy's
+``parse_expr``, an ``eval``: refused), in a worker process, whose main thread its ``SIGALRM``
+time limits need, killed and replaced when an answer takes longer than ``timeout_s``.
 """
 
 from __future__ import annotations

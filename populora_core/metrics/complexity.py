@@ -1,8 +1,4 @@
-"""Complexity of a valid program: AST depth, cyclomatic complexity, LOC, Halstead volume.
-
-Cyclomatic complexity, source lines and Halstead volume come from radon; AST
-depth is the longest root-to-leaf path of Python's own AST.
-"""
+"""Complexity of a valid program: AST depth, and radon's cyclomatic complexity, LOC and Halstead volume."""
 
 from __future__ import annotations
 
