@@ -269,8 +269,7 @@ def download(
     from tqdm.auto import tqdm
 
     directory = Path(directory) if directory is not None else data_dir()
-    chosen = [get_dataset(n) for n in (names or DATASETS)]
-    files = [f for d in chosen for f in d.files]
+    files = [f for n in (names or DATASETS) for f in get_dataset(n).files]
     todo = [f for f in files if not _have(f, directory)]
     with tqdm(total=sum(f.size for f in todo), unit="B", unit_scale=True, desc="data", disable=not progress) as bar:
         for f in todo:
