@@ -13,24 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from populora_core.evaluation import failure_tables, paired
 from populora_core.evaluation.benchmarks import get_benchmark, load_benchmark
 from populora_core.evaluation.datasets import data_dir as default_data_dir
-from populora_core.evaluation.failure_tables import (
-    class_counts,
-    counts_markdown,
-    flip_table,
-    flips_markdown,
-    model_failures,
-    runs_counts,
-)
 from populora_core.evaluation.items import with_protocol
-from populora_core.evaluation.paired import (
-    intervals_markdown,
-    model_intervals,
-    paired_markdown,
-    paired_table,
-    weakest_verdict,
-)
 from populora_core.evaluation.pass_at_1 import RESULT_COLUMNS, evaluate
 from populora_core.evaluation.tables import comparison, frame_markdown, pass_at_1, scores_table
 from populora_core.inference.base import BASE
@@ -148,12 +134,12 @@ def evaluation_table(run: RunDir, generation: int, parts: Sequence[str], protoco
     write_parquet_atomic(table, out / "pass_at_1.parquet")
     scores = scores_table(table)
     write_parquet_atomic(scores.reset_index(), out / "scores.parquet")
-    counts = class_counts(results)
+    counts = failure_tables.class_counts(results)
     write_parquet_atomic(counts.reset_index(), out / "failures.parquet")
     markdown = (
         f"# {run.run_id}: pass@1, population of generation {generation}{protocol_title(protocol)}\n\n"
         f"{frame_markdown(scores, 'adapter')}\n\n"
-        f"{FAILURES_INTRO}\n\n{counts_markdown(counts, {BASE: 'base model'})}"
+        f"{FAILURES_INTRO}\n\n{failure_tables.counts_markdown(counts, {BASE: 'base model'})}"
     )
     write_text_atomic(markdown, out / "pass_at_1.md")
     return {"results": str(out / "results.parquet"), "pass_at_1": str(out / "pass_at_1.parquet"), "table": markdown}
@@ -168,22 +154,23 @@ def paired_report(
 ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """``paired.md`` of ``results`` (run label -> its ``results``; the first run's base model is
     the base): the paired differences, the flipped items' classes, and the Markdown."""
-    pairs = paired_table(results, single_agent=single_agent)
-    verdicts = [f"- {pair}: {verdict}" for pair, verdict in weakest_verdict(pairs).items()]
-    flips = flip_table(pairs, model_failures(results))
-    paired = (
+    pairs = paired.paired_table(results, single_agent=single_agent)
+    verdicts = [f"- {pair}: {verdict}" for pair, verdict in paired.weakest_verdict(pairs).items()]
+    flips = failure_tables.flip_table(pairs, failure_tables.model_failures(results))
+    intervals = paired.intervals_markdown(paired.model_intervals(results))
+    markdown = (
         f"# Paired comparisons, {title}\n\n"
-        f"pass@1 of every model [95% Wilson interval]:\n\n{intervals_markdown(model_intervals(results))}\n\n"
-        f"Item by item:\n\n{paired_markdown(pairs)}\n\n"
+        f"pass@1 of every model [95% Wilson interval]:\n\n{intervals}\n\n"
+        f"Item by item:\n\n{paired.paired_markdown(pairs)}\n\n"
         "The weakest member beats the baseline (over all items: its interval above 0 supports, "
         "below 0 contradicts, else cannot tell):\n\n"
         + ("\n".join(verdicts) or "- no population and baseline pair")
-        + f"\n\n{FAILURES_INTRO}\n\n{counts_markdown(runs_counts(results))}\n\n"
+        + f"\n\n{FAILURES_INTRO}\n\n{failure_tables.counts_markdown(failure_tables.runs_counts(results))}\n\n"
         "Where the differences come from: A − B split into its format and code parts (they sum to it, "
         "but for sandbox failures and unclassified rows), and the classes of the items only one "
-        f"of the two passed:\n\n{flips_markdown(flips)}"
+        f"of the two passed:\n\n{failure_tables.flips_markdown(flips)}"
     )
-    return pairs, flips, paired
+    return pairs, flips, markdown
 
 
 def comparison_table(runs: Sequence[tuple[RunDir, int]], protocol: str = "standard") -> dict:
@@ -206,8 +193,8 @@ def comparison_table(runs: Sequence[tuple[RunDir, int]], protocol: str = "standa
     title = "pass@1: population versus base model, " + ", ".join(tables) + protocol_title(protocol)
     markdown = f"# {title}\n\n" + frame_markdown(frame, "model")
     write_text_atomic(markdown, out / "comparison.md")
-    pairs, flips, paired = paired_report(results, single, f"{', '.join(tables)}{protocol_title(protocol)}")
+    pairs, flips, paired_md = paired_report(results, single, f"{', '.join(tables)}{protocol_title(protocol)}")
     write_parquet_atomic(pairs, out / "paired.parquet")
     write_parquet_atomic(flips, out / "paired_failures.parquet")
-    write_text_atomic(paired, out / "paired.md")
+    write_text_atomic(paired_md, out / "paired.md")
     return {"comparison": str(out / "comparison.md"), "paired": str(out / "paired.md"), "table": markdown}
