@@ -56,16 +56,12 @@ def load_humanevalplus(data_dir: Path) -> list[EvalItem]:
 
 
 def load_mbppplus(data_dir: Path) -> list[EvalItem]:
-    return [
-        EvalItem(
-            "mbppplus",
-            p["task_id"],
-            code_prompt(f"Solve this problem:\n```python\n{p['prompt']}```"),
-            "code",
-            {"prompt": "", "entry_point": p["entry_point"], "test": "", "plus": _plus(p, "mbpp")} | PLUS_LIMITS,
-        )
-        for p in read_jsonl(Path(data_dir) / "mbppplus" / "MbppPlus.jsonl.gz")
-    ]
+    items = []
+    for p in read_jsonl(Path(data_dir) / "mbppplus" / "MbppPlus.jsonl.gz"):
+        messages = code_prompt(f"Solve this problem:\n```python\n{p['prompt']}```")
+        data = {"prompt": "", "entry_point": p["entry_point"], "test": "", "plus": _plus(p, "mbpp")} | PLUS_LIMITS
+        items.append(EvalItem("mbppplus", p["task_id"], messages, "code", data))
+    return items
 
 
 def load_mbpp(data_dir: Path) -> list[EvalItem]:
