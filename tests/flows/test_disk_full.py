@@ -59,15 +59,24 @@ def _tensorboard_pairs(run) -> set[tuple[str, int]]:
     return {pair for p in files for pair in tracking.tensorboard_pairs(p) if not pair[0].startswith("report/")}
 
 
+@pytest.mark.parametrize(
+    "kinds",
+    [
+        # make test: the run's first write and its last, blocks and inodes then blocks only
+        pytest.param(("artifact", "tracking"), id="first-and-last"),
+        # make test-slow (make test's CI stays under 40 minutes): every kind, one after another
+        pytest.param(KINDS, id="each-kind", marks=pytest.mark.slow),
+    ],
+)
 def test_a_full_disk_at_a_write_of_each_kind_stops_in_one_line_and_resume_finishes_the_same_run(
-    small_disk, reference_run, prefect_server
+    kinds, small_disk, reference_run, prefect_server
 ):
     from populora_core.run import RunDir
 
     runs = small_disk / "runs"
     run = RunDir(runs / "full")
     lines = {}
-    for i, kind in enumerate(KINDS):
+    for i, kind in enumerate(kinds):
         args = [*TRAIN, "--run-id", "full", "--runs-dir", str(runs)] if i == 0 else ["resume", str(run.root)]
         result = populora(args, disk_fill_env(prefect_server, kind, small_disk))
         lines[kind] = _assert_stopped_on_a_full_disk(result, small_disk, f"`populora resume {run.root}`")
