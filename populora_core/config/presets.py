@@ -39,7 +39,9 @@ PRESETS: dict[str, dict] = {
         # The README's main job: the embedded Qwen2.5-Coder-0.5B, 4 + 4, small budgets.
         "generations": 2,
         "model": {"threads": 2},
-        "inference": {"batch_size": 16, "teacher_max_new_tokens": 160, "student_max_new_tokens": 128},
+        # a whole stage in one batch (solve: 48 rows; the probe: 32): 35% off solve, 12% off the
+        # probe against batches of 16, the same tokens (docs/benchmarks.md#make-run)
+        "inference": {"batch_size": 48, "teacher_max_new_tokens": 160, "student_max_new_tokens": 128},
         "budget": {"proposals_per_teacher": 3, "problems_per_match": 3, "samples_per_problem": 4, "references": 1},
         "population": {"teachers": 4, "students": 4, "rank": 16, "alpha": 32.0},
         "evolution": {"every_k": 2, "replace_fraction": 0.25},

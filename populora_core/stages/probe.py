@@ -20,7 +20,7 @@ def probe(
     ``changed`` when it differs from the base's (``metrics.drift``). The base never changes: its
     answers are an earlier generation's (``base_probes``) when they cover the same problems, so
     every generation compares with one reference and does not generate it again (cpu-small: 32
-    rows, two batches of 16, instead of 36). Empty when ``probe.items`` is 0 or the generation
+    rows instead of 36). Empty when ``probe.items`` is 0 or the generation
     is not a multiple of ``probe.every``."""
     from populora_core.inference.base import BASE
     from populora_core.metrics.drift import changed_from_base
