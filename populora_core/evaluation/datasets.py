@@ -204,8 +204,8 @@ def require(names: Sequence[str], directory: Path) -> None:
     missing = [n for n in names if not is_present(n, directory)]
     if missing:
         raise DataUnavailable(
-            f"{', '.join(missing)} not in {directory}: fetch with `populora data download {' '.join(missing)}`"
-            + ("" if Path(directory) == data_dir() else f" --dir {directory}")
+            f"{', '.join(missing)} not in {directory}: fetch with `populora data download {' '.join(missing)}"
+            + ("`" if Path(directory) == data_dir() else f" --dir {directory}`")
         )
 
 

@@ -171,7 +171,7 @@ def weakest_verdict(table: pd.DataFrame) -> dict[str, str]:
     "cannot tell"."""
     out = {}
     names = "|".join((WEAKEST, *WEAKEST_OF.values()))
-    weakest = table[table["a"].str.contains(f": ({names}) \\(", regex=True) & (table["b"] != "base model")]
+    weakest = table[table["a"].str.contains(f": (?:{names}) \\(", regex=True) & (table["b"] != "base model")]
     for (a, b), part in weakest.groupby(["a", "b"], sort=False):
         row = part[part["benchmark"] == ALL] if (part["benchmark"] == ALL).any() else part
         low, high = float(row["low"].iloc[0]), float(row["high"].iloc[0])

@@ -95,7 +95,7 @@ DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 """The public benchmark files beside the checkout (never copied into the repository)."""
 
 
-@pytest.mark.slow  # make test-slow: make test keeps a killed evaluation's chunks (test_analyze) and a full disk's one line
+@pytest.mark.slow  # make test-slow; make test keeps a killed evaluation's chunks and a full disk's one line
 @pytest.mark.skipif(not (DATA / "humanevalplus").exists(), reason="needs ../shared/data")
 def test_a_full_disk_during_an_evaluation_keeps_its_judged_chunk_and_the_same_command_finishes(
     small_disk, reference_run, prefect_server
