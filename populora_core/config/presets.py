@@ -39,8 +39,8 @@ PRESETS: dict[str, dict] = {
         # The README's main job: the embedded Qwen2.5-Coder-0.5B, 4 + 4, small budgets.
         "generations": 2,
         "model": {"threads": 2},
-        # a whole stage in one batch (solve: 48 rows; the probe: 32): 35% off solve, 12% off the
-        # probe against batches of 16, the same tokens (docs/benchmarks.md#make-run)
+        # batches of 48 rows (solve's 60 rows in two, the probe's 32 in one): ~35% off solve and
+        # ~14% off the probe against batches of 16, the same tokens (docs/benchmarks.md#make-run)
         "inference": {"batch_size": 48, "teacher_max_new_tokens": 160, "student_max_new_tokens": 128},
         "budget": {"proposals_per_teacher": 3, "problems_per_match": 3, "samples_per_problem": 4, "references": 1},
         "population": {"teachers": 4, "students": 4, "rank": 16, "alpha": 32.0},

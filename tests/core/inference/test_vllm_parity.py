@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -53,6 +55,16 @@ def setup(tmp_path_factory):
     for m in members:
         save_adapter(adapters[m.adapter_id], root / m.adapter_id)
     return path, model, tokenizer, root, [m.adapter_id for m in members], shapes
+
+
+@contextmanager
+def _serving(setup) -> Iterator[VLLMBackend]:
+    """A vLLM server (float32, the module's small limits) with every adapter of ``setup`` loaded."""
+    path, _, tokenizer, root, ids, _ = setup
+    with VLLMBackend(path, tokenizer, dtype="float32", max_loras=len(ids), max_lora_rank=8, max_model_len=1024) as vllm:
+        for a in ids:
+            vllm.load_adapter(a, root / a)
+        yield vllm
 
 
 @pytest.fixture(scope="module")
@@ -161,12 +173,10 @@ def test_sampling_acts_as_configured_and_its_logprobs_are_the_learners(setup, hf
     learner computes), within float32 kernels' differences of HF's on the same tokens."""
     from populora_core.training.rollouts import token_logprobs
 
-    path, _, tokenizer, root, ids, _ = setup
+    _, _, _, root, ids, _ = setup
     for a in ids:
         hf.load_adapter(a, root / a)
-    with VLLMBackend(path, tokenizer, dtype="float32", max_loras=len(ids), max_lora_rank=8, max_model_len=1024) as vllm:
-        for a in ids:
-            vllm.load_adapter(a, root / a)
+    with _serving(setup) as vllm:
         hot = SamplingParams(temperature=1.0, top_k=0, max_new_tokens=16)
         request = GenerationRequest(PROMPTS[0], adapter=ids[0], n=4, seed=5)
         first, again = vllm.generate([request], hot)[0], vllm.generate([request], hot)[0]
@@ -206,11 +216,8 @@ def test_a_server_killed_in_the_middle_of_a_batch_is_started_again_and_the_batch
     """The server killed in the middle of the paper's propose batch (as the kernel's OOM killer
     would): it is started again with every adapter and the batch finishes, each request sampling
     its tokens again."""
-    path, _, tokenizer, root, ids, _ = setup
-    params = SamplingParams(1.0, max_new_tokens=8)
-    with VLLMBackend(path, tokenizer, dtype="float32", max_loras=len(ids), max_lora_rank=8, max_model_len=1024) as vllm:
-        for a in ids:
-            vllm.load_adapter(a, root / a)
+    ids, params = setup[4], SamplingParams(1.0, max_new_tokens=8)
+    with _serving(setup) as vllm:
         tokens = [c.token_ids for [c] in vllm.generate(_paper_batch(ids), params)]
         again = _with_the_server_killed_after(vllm, 8, lambda: vllm.generate(_paper_batch(ids), params))
         assert vllm.restarts == 1, "the dead server was started again once"
@@ -258,16 +265,12 @@ def test_seeded_sampling_at_the_papers_batch_runs_and_repeats_on_a_fresh_server(
     prefill rewound seeded generators and died there ("CPU Generator does not use offset");
     with whole-prompt prefill they run, and a fresh server (a resumed run's) samples the same
     tokens as the first, whose prefix cache was warm (seen: 64/64 and 64/64)."""
-    path, _, tokenizer, root, ids, _ = setup
+    _, _, tokenizer, _, ids, _ = setup
     requests, hot = _paper_batch(ids), SamplingParams(temperature=1.0, top_k=50, max_new_tokens=24)
     assert min(len(encode_prompt(tokenizer, r)) for r in requests) > 200
     runs = []
     for _ in range(2):
-        with VLLMBackend(
-            path, tokenizer, dtype="float32", max_loras=len(ids), max_lora_rank=8, max_model_len=1024
-        ) as vllm:
-            for a in ids:
-                vllm.load_adapter(a, root / a)
+        with _serving(setup) as vllm:
             runs += [[c.token_ids for [c] in vllm.generate(requests, hot)] for _ in range(1 if runs else 2)]
     assert all(len(t) > 0 for t in runs[0])
     assert len({tuple(t) for t in runs[0]}) > 32, "seeds differ, so do their samples"
