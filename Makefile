@@ -90,10 +90,10 @@ test-fast: setup
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q -m "not slow and not docker and not vllm and not heavy"
 
-## test-slow: the tests marked slow (a SIGKILL during every stage; an update OOM-killed; prune, resume and replay;
-## the paper run killed mid-generation and on Ray;
-## a fresh vLLM server repeating seeded samples, and one killed mid-batch; a full disk at each kind of write; every item of the benchmark sweeps; the full sandbox flood; every
-## benchmark script's --quick form, external_engine.py's in .venv-ov)
+## test-slow: the tests marked slow (docs/architecture.md#tests lists them): a SIGKILL during every stage; an update
+## OOM-killed; prune, resume and replay; the paper run's generation 1, killed mid-generation and on Ray; an experiment
+## killed; the Prefect server killed under a run; Ray workers and vLLM actors killed; fresh vLLM servers; a full disk
+## at each kind of write; every item of the benchmark sweeps; the full sandbox flood; every benchmark's --quick form
 test-slow:
 	@$(MAKE) --no-print-directory -j2 setup vllm-env ov-env
 	@./scripts/system_deps.sh docker

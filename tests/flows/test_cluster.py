@@ -167,6 +167,8 @@ def _fresh_logs(faults: Path) -> None:
         (faults / log).unlink(missing_ok=True)
 
 
+@pytest.mark.slow  # make test-slow (~2 min): make test's CI stays under 40 minutes; there
+# tests/core/engine/test_cluster.py kills actors mid-call and a whole node, and the work survives
 def test_a_worker_killed_during_update_costs_only_its_adapter(
     ray_cluster, faults, reference_run, prefect_server, tmp_path
 ):

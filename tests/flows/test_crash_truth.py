@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from populora_core.run import RunDir
 from populora_core.rundir.artifacts import artifact_path
@@ -47,6 +48,8 @@ def _crashed_by_the_server(env: dict[str, str], run_id: str, names: set[str], ti
         time.sleep(2)
 
 
+@pytest.mark.slow  # make test-slow (~2 min): make test's CI stays under 40 minutes; there tests/core/rundir checks the
+# lock (held, re-entrant, taken over from a dead holder) without a run
 def test_a_second_resume_fails_at_once_naming_the_holder_and_a_killed_holder_shows_crashed_and_is_taken_over(
     prefect_server, tiny_model, tmp_path
 ):

@@ -8,6 +8,8 @@ import os
 import signal
 import time
 
+import pytest
+
 from populora_core.run import RunDir
 from populora_core.rundir.artifacts import SUCCESS
 from tests.flows.conftest import populora, prefect_runs, start_populora
@@ -27,6 +29,8 @@ claims:
 """
 
 
+@pytest.mark.slow  # make test-slow (~5 min): make test's CI stays under 40 minutes; there tests/core/test_experiment.py
+# checks the plan, the arms' differences and the verdict on recorded runs
 def test_an_experiment_runs_every_arm_and_seed_and_survives_a_kill(prefect_server, tiny_model, tmp_path):
     path, runs = tmp_path / "tiny.yaml", tmp_path / "runs"
     path.write_text(EXPERIMENT)

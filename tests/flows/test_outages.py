@@ -12,6 +12,8 @@ import subprocess
 import time
 import urllib.request
 
+import pytest
+
 from tests.flows.conftest import (
     BIN,
     TRAIN,
@@ -86,6 +88,8 @@ def _wait_for(path, proc, timeout_s: float = 600) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow  # make test-slow (~3.5 min): make test's CI stays under 40 minutes; there test_cli.py checks what
+# `revive` continues and its systemd unit
 def test_a_server_gone_stops_the_run_in_one_line_and_a_restart_under_revive_costs_a_pause(
     reference_run, tiny_model, tmp_path
 ):

@@ -1,10 +1,10 @@
 """The paper's preset end to end on the engine the paper uses: `--preset paper-7b` with only
 what a CPU cannot carry changed (the model, the device, the dtype, token caps and budgets),
 so vLLM (its CPU build), the docker sandbox, 4 + 4 adapters at rank 32 / α 64 and
-evolution run as the paper runs them, for two generations (the second by `resume`, on a fresh
-vLLM server). Real CLI processes, a real Prefect server, a real Docker engine. About 5 minutes
-on 2 cores (a generation takes 2–3); `make test-slow` also kills the second generation with
-SIGKILL in a middle stage and resumes it, and runs it all on a one-node Ray cluster."""
+evolution run as the paper runs them. Real CLI processes, a real Prefect server, a real
+Docker engine. `make test` runs generation 0 (about 4.5 minutes on 2 cores); `make test-slow`
+goes on to generation 1 by `resume` on a fresh vLLM server, kills it with SIGKILL in a
+middle stage and resumes it, and runs it all on a one-node Ray cluster."""
 
 from __future__ import annotations
 
@@ -134,20 +134,25 @@ def paper_run(first_generation, paper_env, tmp_path_factory) -> RunDir:
     return run
 
 
-def test_the_paper_preset_runs_on_vllm_and_docker_with_every_artifact_of_an_hf_run(paper_run, reference_run):
+def test_the_paper_preset_runs_on_vllm_and_docker_with_every_artifact_of_an_hf_run(first_generation, reference_run):
+    """Generation 0 (`make test`); `make test-slow` goes on to generation 1 by `resume` on a
+    fresh server (the next test) and checks both generations there."""
+    assert_artifacts_of_an_hf_run(first_generation, reference_run, generations=1)
+
+
+def assert_artifacts_of_an_hf_run(run: RunDir, reference_run: RunDir, generations: int) -> None:
     from transformers import AutoTokenizer
 
     from populora_core.models import resolve_model
 
-    run = paper_run
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(run.config().model.name))
     config = run.config()
     assert config.inference.backend == "vllm" and config.sandbox.backend == "docker"
     assert (config.population.teachers, config.population.students) == (4, 4)
     assert (config.population.rank, config.population.alpha) == (32, 64.0)
     assert config.grpo.old_logprobs == "learner"
-    assert run.complete_generations() == list(range(GENERATIONS))
-    for g in range(GENERATIONS):
+    assert run.complete_generations() == list(range(generations))
+    for g in range(generations):
         gen = run.gen(g)
         assert (gen / SUCCESS).is_file()
         names = {p.name.removesuffix(".parquet") for p in artifacts_in(gen)}
@@ -167,9 +172,13 @@ def test_the_paper_preset_runs_on_vllm_and_docker_with_every_artifact_of_an_hf_r
         assert len(measured) and (measured > 0).all() and (measured < 0.2).all(), train
 
 
-def test_each_generation_serves_the_adapters_as_updated_and_evolved(paper_run, paper_env):
+@pytest.mark.slow  # make test-slow (generation 1 by resume on a fresh server, ~4.5 min): make test's CI stays under 40
+# minutes; there test_vllm_parity.py serves an adapter rewritten in place under a new name, with its new tokens
+def test_each_generation_serves_the_adapters_as_updated_and_evolved(paper_run, paper_env, reference_run):
     """Every member of every generation was loaded into vLLM under the name of its own files'
-    content: generation 1 generates with generation 0's updated and evolved weights."""
+    content: generation 1 generates with generation 0's updated and evolved weights; both
+    generations have every artifact of an HF run."""
+    assert_artifacts_of_an_hf_run(paper_run, reference_run, generations=GENERATIONS)
     _, logs = paper_env
     text = "\n".join(p.read_text(errors="replace") for p in Path(logs).glob("populora-vllm-*.log"))
     loaded = set(re.findall(r"Loaded new LoRA adapter: name '([^']+)'", text))

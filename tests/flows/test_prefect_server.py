@@ -10,6 +10,8 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.flows.conftest import REPO, _free_port
 
 SCRIPT = REPO / "scripts" / "prefect_server.sh"
@@ -28,6 +30,8 @@ def healthy(port: int) -> bool:
     return True
 
 
+@pytest.mark.slow  # make test-slow (~1 min): make test's CI stays under 40 minutes; there the port-taken test
+# below runs
 def test_a_second_server_on_another_port_runs_beside_the_first_and_stops_alone(tmp_path):
     first = _free_port()
     second = next(p for p in iter(_free_port, None) if p != first)

@@ -169,6 +169,8 @@ def test_split_keeps_order_and_balances_samples():
     assert [i for p in pieces for i in p] == list(range(10)) and len(pieces) == 3
 
 
+@pytest.mark.slow  # make test-slow (~2 min): make test's CI stays under 40 minutes; there the paper run serves on vLLM
+# and the other tests of this file run Ray's actors
 @pytest.mark.vllm
 def test_vllm_inference_actors_serve_the_adapters_and_stop_their_server(private_ray, tmp_path):
     """`inference.backend: vllm` on the Ray engine: each node's actor starts a vLLM server (the

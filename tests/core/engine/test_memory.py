@@ -116,11 +116,18 @@ def test_prompt_bounds_hold_for_the_longest_prompts_the_real_tokenizer_builds():
     rng = random.Random(0)
     cap = config.inference.teacher_max_new_tokens
 
-    def text_of(tokens: int) -> str:  # ASCII code-like text of about ``tokens`` tokens
-        words = []
-        while len(tokenizer(" ".join(words))["input_ids"]) < tokens:
-            words.append("".join(rng.choice(string.ascii_letters + "()[]=+:,.") for _ in range(rng.randint(1, 9))))
-        return " ".join(words)
+    def word() -> str:
+        return "".join(rng.choice(string.ascii_letters + "()[]=+:,.") for _ in range(rng.randint(1, 9)))
+
+    def text_of(tokens: int) -> str:  # ASCII code-like text: the fewest random words that make ``tokens`` tokens
+        words = [word()]
+        while len(tokenizer(" ".join(words))["input_ids"]) < tokens:  # doubling, then bisection: a few dozen calls
+            words += [word() for _ in words]
+        low, high = 1, len(words)
+        while low < high:
+            mid = (low + high) // 2
+            low, high = (mid + 1, high) if len(tokenizer(" ".join(words[:mid]))["input_ids"]) < tokens else (low, mid)
+        return " ".join(words[:low])
 
     program = text_of(cap - 40)
     refs = [Problem("code_f", program, ("1", "2", "3", "4"), ("1", "2", "3", "4"), message="m")] * 3

@@ -99,116 +99,119 @@ def assert_same_greedy(hf: HFBackend, requests, got: list[list[int]], expected: 
         assert float(logits[g[p]]) >= best - 1e-4 * abs(best), (request.adapter, p, g, e)
 
 
-def test_greedy_tokens_match_hf(setup, hf):
-    path, _, tokenizer, root, ids, shapes = setup
+@pytest.fixture(scope="module")
+def server(setup) -> Iterator[VLLMBackend]:
+    """One server for the module's `make test` tests (a start costs about a minute): float32,
+    prefix caching on small blocks, a LoRA slot to spare for an adapter rewritten in place."""
+    path, _, tokenizer, _, ids, _ = setup
+    extra = ["--enable-prefix-caching", "--block-size", str(BLOCK)]
+    with VLLMBackend(
+        path, tokenizer, dtype="float32", max_loras=len(ids) + 1, max_lora_rank=8, max_model_len=1024, extra_args=extra
+    ) as vllm:
+        yield vllm
+
+
+def test_greedy_tokens_match_hf(setup, hf, server):
+    _, _, _, root, ids, shapes = setup
     for a in ids:
         hf.load_adapter(a, root / a)
     requests = [GenerationRequest(p, adapter=a) for a in [*ids, BASE] for p in PROMPTS]
     params = SamplingParams(temperature=0.0, max_new_tokens=12)
     expected = [c[0].token_ids for c in hf.generate(requests, params)]
-    with VLLMBackend(
-        path,
-        tokenizer,
-        dtype="float32",
-        max_loras=len(ids) + 1,
-        max_lora_rank=8,
-        max_model_len=1024,
-        extra_args=["--enable-prefix-caching", "--block-size", str(BLOCK)],
-    ) as vllm:
-        for a in ids:
-            vllm.load_adapter(a, root / a)
-        got = vllm.generate(requests, params)
-        hf_old_long = hf.generate([GenerationRequest([{"role": "user", "content": LONG}], adapter=ids[0])], params)
-        assert_same_greedy(hf, requests, [c[0].token_ids for c in got], expected)
-        for c in got:
-            assert len(c[0].logprobs) == len(c[0].token_ids) and all(lp <= 0 for lp in c[0].logprobs)
-        # an adapter reloaded after an update is served with its new weights, under a new name, with
-        # prefix caching on: the prompt's blocks cached under the old weights are not reused
-        long = [GenerationRequest([{"role": "user", "content": LONG}], adapter=ids[0])]
-        assert len(hf.encode(long[0])) > 4 * BLOCK  # several full blocks to cache
-        vllm.generate(long, params)
-        hits = _cache_hits(vllm)
-        vllm.generate(long, params)
-        assert _cache_hits(vllm) - hits >= 4 * BLOCK, "the same adapter version must hit the cache it built"
-        before = vllm.served[ids[0]]
-        changed = create_population(
-            PopulationConfig(teachers=1, students=1, rank=8, alpha=16, init_b_std=0.2),
-            RatingConfig(),
-            shapes,
-            seed=9,
-        )[1]
-        save_adapter(next(iter(changed.values())), root / ids[0])  # the update writes over the same directory
-        vllm.load_adapter(ids[0], root / ids[0])
-        assert vllm.served[ids[0]] != before and vllm.served[ids[0]].startswith(ids[0])
-        hf.load_adapter(ids[0], root / ids[0])
-        new = hf.generate(long, params)[0][0].token_ids
-        old = [c[0].token_ids for c in hf_old_long]
-        assert new != old[0], "the changed weights must change the greedy tokens, or the test shows nothing"
-        hits = _cache_hits(vllm)
-        again = vllm.generate(long, params)[0][0].token_ids
-        assert _cache_hits(vllm) == hits, "a new version's prompt must not hit blocks cached under the old one"
-        assert_same_greedy(hf, long, [again], [new])
-        # what the names prevent: the old way, unload and load again under the same name from the same
-        # directory, and this vLLM serves the prompt from the blocks the old weights computed
-        name, path = vllm.served[ids[0]], str((root / ids[0]).resolve())
-        save_adapter(next(iter(create_population(
-            PopulationConfig(teachers=1, students=1, rank=8, alpha=16, init_b_std=0.2), RatingConfig(), shapes, seed=11
-        )[1].values())), root / ids[0])  # fmt: skip
-        server = vllm.servers[0]
-        _post(f"{server.url}/v1/unload_lora_adapter", {"lora_name": name}, 60)
-        _post(f"{server.url}/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, 60)
-        hits = _cache_hits(vllm)
-        vllm.generate(long, params)
-        assert _cache_hits(vllm) - hits >= 4 * BLOCK, "vLLM keys its cache on the adapter's name and path"
-        # a prompt longer than the server accepts is a cut-off answer, not a failed stage
-        too_long = GenerationRequest("x " * 1500, adapter=ids[1])
-        long_out, short_out = vllm.generate([too_long, requests[0]], params)
-        assert long_out[0].token_ids == [] and long_out[0].finish_reason == "length"
-        assert short_out[0].token_ids
+    vllm = server
+    for a in ids:
+        vllm.load_adapter(a, root / a)
+    got = vllm.generate(requests, params)
+    hf_old_long = hf.generate([GenerationRequest([{"role": "user", "content": LONG}], adapter=ids[0])], params)
+    assert_same_greedy(hf, requests, [c[0].token_ids for c in got], expected)
+    for c in got:
+        assert len(c[0].logprobs) == len(c[0].token_ids) and all(lp <= 0 for lp in c[0].logprobs)
+    # an adapter reloaded after an update is served with its new weights, under a new name, with
+    # prefix caching on: the prompt's blocks cached under the old weights are not reused
+    long = [GenerationRequest([{"role": "user", "content": LONG}], adapter=ids[0])]
+    assert len(hf.encode(long[0])) > 4 * BLOCK  # several full blocks to cache
+    vllm.generate(long, params)
+    hits = _cache_hits(vllm)
+    vllm.generate(long, params)
+    assert _cache_hits(vllm) - hits >= 4 * BLOCK, "the same adapter version must hit the cache it built"
+    before = vllm.served[ids[0]]
+    changed = create_population(
+        PopulationConfig(teachers=1, students=1, rank=8, alpha=16, init_b_std=0.2),
+        RatingConfig(),
+        shapes,
+        seed=9,
+    )[1]
+    save_adapter(next(iter(changed.values())), root / ids[0])  # the update writes over the same directory
+    vllm.load_adapter(ids[0], root / ids[0])
+    assert vllm.served[ids[0]] != before and vllm.served[ids[0]].startswith(ids[0])
+    hf.load_adapter(ids[0], root / ids[0])
+    new = hf.generate(long, params)[0][0].token_ids
+    old = [c[0].token_ids for c in hf_old_long]
+    assert new != old[0], "the changed weights must change the greedy tokens, or the test shows nothing"
+    hits = _cache_hits(vllm)
+    again = vllm.generate(long, params)[0][0].token_ids
+    assert _cache_hits(vllm) == hits, "a new version's prompt must not hit blocks cached under the old one"
+    assert_same_greedy(hf, long, [again], [new])
+    # what the names prevent: the old way, unload and load again under the same name from the same
+    # directory, and this vLLM serves the prompt from the blocks the old weights computed
+    name, path = vllm.served[ids[0]], str((root / ids[0]).resolve())
+    save_adapter(next(iter(create_population(
+        PopulationConfig(teachers=1, students=1, rank=8, alpha=16, init_b_std=0.2), RatingConfig(), shapes, seed=11
+    )[1].values())), root / ids[0])  # fmt: skip
+    server = vllm.servers[0]
+    _post(f"{server.url}/v1/unload_lora_adapter", {"lora_name": name}, 60)
+    _post(f"{server.url}/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, 60)
+    hits = _cache_hits(vllm)
+    vllm.generate(long, params)
+    assert _cache_hits(vllm) - hits >= 4 * BLOCK, "vLLM keys its cache on the adapter's name and path"
+    # a prompt longer than the server accepts is a cut-off answer, not a failed stage
+    too_long = GenerationRequest("x " * 1500, adapter=ids[1])
+    long_out, short_out = vllm.generate([too_long, requests[0]], params)
+    assert long_out[0].token_ids == [] and long_out[0].finish_reason == "length"
+    assert short_out[0].token_ids
 
 
-def test_sampling_acts_as_configured_and_its_logprobs_are_the_learners(setup, hf):
+def test_sampling_acts_as_configured_and_its_logprobs_are_the_learners(setup, hf, server):
     """Sampling through vLLM: a seed gives the same tokens twice, the n samples of one request
     differ, top-k 1 is greedy; the log-probabilities it returns are the raw model's (what the
     learner computes), within float32 kernels' differences of HF's on the same tokens."""
     from populora_core.training.rollouts import token_logprobs
 
     _, _, _, root, ids, _ = setup
-    for a in ids:
+    vllm = server
+    for a in ids:  # as they are on disk (the greedy test rewrites one)
         hf.load_adapter(a, root / a)
-    with _serving(setup) as vllm:
-        hot = SamplingParams(temperature=1.0, top_k=0, max_new_tokens=16)
-        request = GenerationRequest(PROMPTS[0], adapter=ids[0], n=4, seed=5)
-        first, again = vllm.generate([request], hot)[0], vllm.generate([request], hot)[0]
-        assert [c.token_ids for c in first] == [c.token_ids for c in again], "a seed gives its tokens again"
-        assert len({tuple(c.token_ids) for c in first}) > 1, "the n samples of one request differ"
-        other = vllm.generate([GenerationRequest(PROMPTS[0], adapter=ids[0], n=4, seed=6)], hot)[0]
-        assert [c.token_ids for c in other] != [c.token_ids for c in first]
-        greedy = vllm.generate([GenerationRequest(PROMPTS[1], adapter=ids[1])], SamplingParams(0.0, max_new_tokens=12))
-        top1 = vllm.generate(
-            [GenerationRequest(PROMPTS[1], adapter=ids[1], n=3, seed=1)],
-            SamplingParams(1.0, top_k=1, max_new_tokens=12),
-        )[0]
-        assert all(c.token_ids == greedy[0][0].token_ids for c in top1), "top-k 1 samples the greedy tokens"
-        # the returned log-probs, against HF's on the same tokens under the same adapter
-        gaps = []
-        for adapter, c in [*((ids[0], c) for c in first), *((ids[1], c) for c in top1)]:
-            hf.lora.route([adapter], next(hf.base.parameters()).dtype)
-            try:
-                seq = torch.tensor([c.prompt_token_ids + c.token_ids])
-                with torch.no_grad():
-                    lp = token_logprobs(hf.base, seq, torch.ones_like(seq), chunk=16)[0, len(c.prompt_token_ids) - 1 :]
-            finally:
-                hf.lora.route(None, next(hf.base.parameters()).dtype)
-            assert all(x < 0 for x in c.logprobs) and len(c.logprobs) == len(c.token_ids)  # raw, not top-k's 0
-            gaps += (lp - torch.tensor(c.logprobs)).abs().tolist()
-        print(
-            f"vLLM CPU fp32 vs HF: mean |Δ log π| {sum(gaps) / len(gaps):.2e}, max {max(gaps):.2e}, {len(gaps)} tokens"
-        )
-        assert max(gaps) < 0.02, "vLLM's log-probs are the raw model's, not the sampling distribution's"
-        # the paper's propose batch at once: the chunked prefill's crash of seeded requests
-        tokens = [c.token_ids for [c] in vllm.generate(_paper_batch(ids), SamplingParams(1.0, max_new_tokens=8))]
-        assert all(tokens) and len({tuple(t) for t in tokens}) > 32, "every seeded request answered, each its own"
+        vllm.load_adapter(a, root / a)
+    hot = SamplingParams(temperature=1.0, top_k=0, max_new_tokens=16)
+    request = GenerationRequest(PROMPTS[0], adapter=ids[0], n=4, seed=5)
+    first, again = vllm.generate([request], hot)[0], vllm.generate([request], hot)[0]
+    assert [c.token_ids for c in first] == [c.token_ids for c in again], "a seed gives its tokens again"
+    assert len({tuple(c.token_ids) for c in first}) > 1, "the n samples of one request differ"
+    other = vllm.generate([GenerationRequest(PROMPTS[0], adapter=ids[0], n=4, seed=6)], hot)[0]
+    assert [c.token_ids for c in other] != [c.token_ids for c in first]
+    greedy = vllm.generate([GenerationRequest(PROMPTS[1], adapter=ids[1])], SamplingParams(0.0, max_new_tokens=12))
+    top1 = vllm.generate(
+        [GenerationRequest(PROMPTS[1], adapter=ids[1], n=3, seed=1)],
+        SamplingParams(1.0, top_k=1, max_new_tokens=12),
+    )[0]
+    assert all(c.token_ids == greedy[0][0].token_ids for c in top1), "top-k 1 samples the greedy tokens"
+    # the returned log-probs, against HF's on the same tokens under the same adapter
+    gaps = []
+    for adapter, c in [*((ids[0], c) for c in first), *((ids[1], c) for c in top1)]:
+        hf.lora.route([adapter], next(hf.base.parameters()).dtype)
+        try:
+            seq = torch.tensor([c.prompt_token_ids + c.token_ids])
+            with torch.no_grad():
+                lp = token_logprobs(hf.base, seq, torch.ones_like(seq), chunk=16)[0, len(c.prompt_token_ids) - 1 :]
+        finally:
+            hf.lora.route(None, next(hf.base.parameters()).dtype)
+        assert all(x < 0 for x in c.logprobs) and len(c.logprobs) == len(c.token_ids)  # raw, not top-k's 0
+        gaps += (lp - torch.tensor(c.logprobs)).abs().tolist()
+    print(f"vLLM CPU fp32 vs HF: mean |Δ log π| {sum(gaps) / len(gaps):.2e}, max {max(gaps):.2e}, {len(gaps)} tokens")
+    assert max(gaps) < 0.02, "vLLM's log-probs are the raw model's, not the sampling distribution's"
+    # the paper's propose batch at once: the chunked prefill's crash of seeded requests
+    tokens = [c.token_ids for [c] in vllm.generate(_paper_batch(ids), SamplingParams(1.0, max_new_tokens=8))]
+    assert all(tokens) and len({tuple(t) for t in tokens}) > 32, "every seeded request answered, each its own"
 
 
 @pytest.mark.slow  # make test-slow (a server started and restarted, ~3 min): make test's CI stays under 40 minutes
