@@ -15,6 +15,7 @@ process left Running to Crashed; as a subflow its parent did both.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from prefect import flow
@@ -58,8 +59,11 @@ def generation_flow(run_dir: str, generation: int | None = None, until: str | No
     if flow_run.get_parent_flow_run_id() is not None:  # the training flow holds the lock
         return run_generation(run, generation, until)
     with run.lock(lock_holder()):
+        started = datetime.now(UTC)
         crash_orphans(run)
-        return run_generation(run, generation, until)
+        record = run_generation(run, generation, until)
+        crash_orphans(run, attempt_started=started)  # what the server recorded late (tasks.orphans)
+        return record
 
 
 def run_generation(run: RunDir, generation: int | None = None, until: str | None = None) -> dict:

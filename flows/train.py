@@ -14,6 +14,7 @@ automation does, once the dead runs' heartbeats stop (``flows.automations``).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 from prefect import flow
@@ -86,6 +87,7 @@ def _continue(run: RunDir, target: int, recompute: list[str]) -> dict:
     crashing what a dead process left Running, recomputing the artifacts ``recompute``
     names and checking that no complete generation's artifact is damaged (it would name
     the command that recomputes it)."""
+    started = datetime.now(UTC)
     crashed = crash_orphans(run)
     if crashed:
         print(f"set to Crashed (their process died): {', '.join(crashed)}")
@@ -97,4 +99,5 @@ def _continue(run: RunDir, target: int, recompute: list[str]) -> dict:
     for g in range(run.next_generation(), target):  # each beats as its parent does (flows.automations)
         generation_flow(str(run.root), g)
         ran.append(g)
+    crash_orphans(run, attempt_started=started)  # what the server recorded late (tasks.orphans)
     return {"run_dir": str(run.root), "generations": target, "ran": ran}

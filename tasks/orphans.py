@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import socket
+from datetime import datetime
 from pathlib import Path
 from uuid import UUID
 
@@ -50,10 +51,14 @@ def _ancestors(client, flow_run_id: str | None) -> set[UUID]:
     return out
 
 
-def crash_orphans(run: RunDir) -> list[str]:
+def crash_orphans(run: RunDir, *, attempt_started: datetime | None = None) -> list[str]:
     """Sets this run's flow runs (and their task runs) still Running under a dead process
     to Crashed; returns the names of the flow runs crashed. Call it holding the run's lock,
-    at the start of a top-level flow (its own task runs still Running are a dead attempt's)."""
+    at the start of a top-level flow (its own task runs still Running are a dead attempt's),
+    and again at its end with ``attempt_started``, when this attempt began: the server records
+    task runs from events, a moment after they are sent, so a task run a dead attempt started
+    just before its kill may appear only after the first sweep (seen after a UI Retry). At the
+    end only those of the current flow run that started before ``attempt_started`` are its."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         FlowRunFilter,
@@ -104,7 +109,11 @@ def crash_orphans(run: RunDir) -> list[str]:
         tasks = client.read_task_runs(
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)), task_run_filter=live_tasks
         )
+        current = UUID(str(current.get_id())) if current.get_id() else None
         for t in tasks:
+            started = t.start_time or t.expected_start_time
+            if attempt_started and t.flow_run_id == current and (started is None or started >= attempt_started):
+                continue  # this attempt's own
             client.set_task_run_state(t.id, Crashed(message=f"Task run {message}"), force=True)
         for f in orphans:
             client.set_flow_run_state(f.id, Crashed(message=f"Flow run {message}"), force=True)
