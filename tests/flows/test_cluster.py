@@ -138,6 +138,8 @@ def _wait_until_gone(deadline_s: float = 30) -> list[str]:
     return left
 
 
+@pytest.mark.slow  # make test-slow (~2 min): make test's CI stays under 40 minutes; there tests/core/engine/
+# test_cluster.py moves a resumed run to a Ray cluster and back, and the paper run's Ray twin is slow too
 def test_a_generation_on_two_nodes_equals_the_local_run(ray_cluster, reference_run, prefect_server, tmp_path):
     from populora_core.run import RunDir
 

@@ -105,6 +105,8 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+@pytest.mark.slow  # make test-slow (~1.5 min): make test's CI stays under 40 minutes; there tests/core/rundir/
+# test_artifacts.py names an unreadable artifact of each kind of damage with the command that recomputes it
 def test_a_truncated_artifact_is_named_by_status_recomputed_by_resume_and_named_by_analyze(
     reference_run, prefect_server, tmp_path
 ):

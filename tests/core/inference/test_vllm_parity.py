@@ -209,9 +209,6 @@ def test_sampling_acts_as_configured_and_its_logprobs_are_the_learners(setup, hf
         gaps += (lp - torch.tensor(c.logprobs)).abs().tolist()
     print(f"vLLM CPU fp32 vs HF: mean |Δ log π| {sum(gaps) / len(gaps):.2e}, max {max(gaps):.2e}, {len(gaps)} tokens")
     assert max(gaps) < 0.02, "vLLM's log-probs are the raw model's, not the sampling distribution's"
-    # the paper's propose batch at once: the chunked prefill's crash of seeded requests
-    tokens = [c.token_ids for [c] in vllm.generate(_paper_batch(ids), SamplingParams(1.0, max_new_tokens=8))]
-    assert all(tokens) and len({tuple(t) for t in tokens}) > 32, "every seeded request answered, each its own"
 
 
 @pytest.mark.slow  # make test-slow (a server started and restarted, ~3 min): make test's CI stays under 40 minutes
