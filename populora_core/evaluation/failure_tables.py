@@ -22,9 +22,7 @@ def failures_of(results: pd.DataFrame) -> pd.Series:
     """Each row's class; where the part predates classes, ``passed`` for a correct row and
     ``unclassified`` for the others."""
     old = pd.Series(UNCLASSIFIED, index=results.index).where(~results["correct"].astype(bool), "passed")
-    if "failure" not in results.columns:
-        return old
-    return results["failure"].fillna(old)
+    return results.get("failure", old).fillna(old)
 
 
 def class_counts(results: pd.DataFrame) -> pd.DataFrame:
