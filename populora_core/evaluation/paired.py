@@ -59,9 +59,8 @@ def run_models(runs: Mapping[str, pd.DataFrame]) -> dict[str, pd.Series]:
     models: dict[str, pd.Series] = {}
     for k, (label, results) in enumerate(runs.items()):
         scores = item_scores(results)
-        members = [c for c in scores.columns if c != BASE]
         for name, m in model_adapters(label, scores, with_base=k == 0).items():
-            models[name] = scores[m] if m is not None else scores[members].mean(axis=1)
+            models[name] = scores[m] if m is not None else scores.drop(columns=BASE, errors="ignore").mean(axis=1)
     return models
 
 
