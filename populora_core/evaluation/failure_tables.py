@@ -79,9 +79,8 @@ def flip_table(pairs: pd.DataFrame, failures: Mapping[str, pd.Series]) -> pd.Dat
     A's, over n: they sum to it but for ``sandbox_failure`` and ``unclassified``), and the classes
     of the items that flipped: where only B passed, A's class; where only A passed, B's."""
     rows = []
-    for (a, b), _ in pairs.groupby(["a", "b"], sort=False):
-        if a not in failures or b not in failures:
-            continue
+    single = pairs[pairs["a"].isin(list(failures)) & pairs["b"].isin(list(failures))]  # no population mean
+    for a, b in single[["a", "b"]].drop_duplicates().itertuples(index=False):
         joined = pd.concat([failures[a].rename("a"), failures[b].rename("b")], axis=1, join="inner").dropna()
         for bench, part in by_benchmark(joined):
             n = len(part)
