@@ -144,8 +144,7 @@ def check_code(item: EvalItem, completion: str) -> tuple[str, str] | None:
     if "asserts" in d:  # MBPP: the asserts call the candidate's functions by name
         imports, names = _mbpp_judge_part(d["asserts"], d.get("reference", ""))
         program = program_prelude(f"{d['imports']}\n{code}") + imports
-        for name in names:
-            program += f"{name} = _candidate.function({name!r})\n"
+        program += "".join(f"{name} = _candidate.function({name!r})\n" for name in names)
         return f"{program}{d['imports']}\n{tagged(d['asserts'])}", "True"
     entry = d["entry_point"]
     program = program_prelude(code)

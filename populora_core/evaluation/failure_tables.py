@@ -22,9 +22,7 @@ def failures_of(results: pd.DataFrame) -> pd.Series:
     """Each row's class; where the part predates classes, ``passed`` for a correct row and
     ``unclassified`` for the others."""
     old = pd.Series(UNCLASSIFIED, index=results.index).where(~results["correct"].astype(bool), "passed")
-    if "failure" not in results.columns:
-        return old
-    return results["failure"].fillna(old)
+    return results.get("failure", old).fillna(old)
 
 
 def class_counts(results: pd.DataFrame) -> pd.DataFrame:
@@ -81,9 +79,8 @@ def flip_table(pairs: pd.DataFrame, failures: Mapping[str, pd.Series]) -> pd.Dat
     A's, over n: they sum to it but for ``sandbox_failure`` and ``unclassified``), and the classes
     of the items that flipped: where only B passed, A's class; where only A passed, B's."""
     rows = []
-    for (a, b), _ in pairs.groupby(["a", "b"], sort=False):
-        if a not in failures or b not in failures:
-            continue
+    single = pairs[pairs["a"].isin(list(failures)) & pairs["b"].isin(list(failures))]  # no population mean
+    for a, b in single[["a", "b"]].drop_duplicates().itertuples(index=False):
         joined = pd.concat([failures[a].rename("a"), failures[b].rename("b")], axis=1, join="inner").dropna()
         for bench, part in by_benchmark(joined):
             n = len(part)

@@ -112,15 +112,13 @@ def answer_form(item: EvalItem, completion: str, finish_reason: str | None) -> s
     cut = finish_reason == "length"
     tag = _LITERAL_TAG.get(item.kind)  # the block the judge reads: (code, closed), None when there is none
     block = fenced_block(completion, tag, "", "python") if tag else fenced_block(completion, "python", "py", "")
+    if cut and (block is None or not block[1]):  # cut at the cap before its block (if any) closed
+        return "truncated"
     if block is None:
-        if cut:
-            return "truncated"
         if item.kind in _LITERAL_TAG:
             return None if "<answer>" in completion else "no_code"
         return "other_wrapper" if unfenced_code(completion) else "no_code"
-    code, closed = block
-    if cut and not closed:
-        return "truncated"
+    code = block[0]
     if item.kind in _LITERAL_TAG:
         return None  # a literal: the sandbox says whether it parses
     if parse(complete_code(item, code)) is None:

@@ -76,8 +76,7 @@ def fenced(text: str, *tags: str) -> str | None:
 
 def fenced_block(text: str, *tags: str) -> tuple[str, bool] | None:
     """``fenced``'s block and whether it was closed (False: cut off, e.g. by the token cap)."""
-    blocks = [(t.lower(), body) for t, body in _FENCE.findall(text)]
-    wanted = [b for t, b in blocks if t in tags]
+    wanted = [body for t, body in _FENCE.findall(text) if t.lower() in tags]
     if wanted:
         return wanted[-1].strip("\n"), True
     for tag in tags:  # a block cut off by the token cap

@@ -65,11 +65,8 @@ def decode_private_tests(text: str) -> list[dict]:
 
 
 def _prompt(r: dict) -> tuple[dict, ...]:
-    user = f"### Question:\n{r['question_content']}\n\n"
-    if r["starter_code"]:
-        user += f"### Format: {_WITH_STARTER}\n```python\n{r['starter_code']}\n```\n\n"
-    else:
-        user += f"### Format: {_WITHOUT_STARTER}\n```python\n# YOUR CODE HERE\n```\n\n"
+    form, code = (_WITH_STARTER, r["starter_code"]) if r["starter_code"] else (_WITHOUT_STARTER, "# YOUR CODE HERE")
+    user = f"### Question:\n{r['question_content']}\n\n### Format: {form}\n```python\n{code}\n```\n\n"
     return chat(LCB_SYSTEM, user + "### Answer: (use the provided format with backticks)\n\n")
 
 

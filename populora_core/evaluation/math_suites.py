@@ -126,7 +126,7 @@ def load_olympiadbench(data_dir: Path) -> list[EvalItem]:
 # judging ------------------------------------------------------------------------------
 def judge_number(item: EvalItem, completion: str) -> bool:
     """GSM8K: the first number after '####' (else the last number) equals the gold."""
-    tail = completion.split("####")[-1] if "####" in completion else completion
+    tail = completion.split("####")[-1]  # the whole text when there is no ####
     numbers = re.findall(r"-?\d[\d,]*\.?\d*", tail)
     got = _number(numbers[-1 if "####" not in completion else 0]) if numbers else None
     return got is not None and abs(got - float(item.data["gold"])) < 1e-6

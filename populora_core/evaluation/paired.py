@@ -59,9 +59,8 @@ def run_models(runs: Mapping[str, pd.DataFrame]) -> dict[str, pd.Series]:
     models: dict[str, pd.Series] = {}
     for k, (label, results) in enumerate(runs.items()):
         scores = item_scores(results)
-        members = [c for c in scores.columns if c != BASE]
         for name, m in model_adapters(label, scores, with_base=k == 0).items():
-            models[name] = scores[m] if m is not None else scores[members].mean(axis=1)
+            models[name] = scores[m] if m is not None else scores.drop(columns=BASE, errors="ignore").mean(axis=1)
     return models
 
 
@@ -137,19 +136,13 @@ def intervals_markdown(table: pd.DataFrame) -> str:
     benches = list(dict.fromkeys(table["benchmark"]))
     counts = {b: set(table.loc[table["benchmark"] == b, "n"]) for b in benches}
     header = [f"{b} ({next(iter(counts[b]))} items)" if len(counts[b]) == 1 else b for b in benches]
-    rows = []
-    for model, part in table.groupby("model", sort=False):
-        by = part.set_index("benchmark")
-        cells = []
-        for b in benches:
-            if b not in by.index:
-                cells.append("–")
-                continue
-            r = by.loc[b]
-            n = "" if len(counts[b]) == 1 else f" (n = {int(r['n'])})"
-            cells.append(f"{r['pass@1']:.3f} [{r['low']:.3f}, {r['high']:.3f}]{n}")
-        rows.append([model, *cells])
-    return markdown(["model", *header], rows)
+    cells = [
+        f"{p:.3f} [{low:.3f}, {high:.3f}]" + ("" if len(counts[b]) == 1 else f" (n = {int(n)})")
+        for b, n, p, low, high in table[["benchmark", "n", "pass@1", "low", "high"]].itertuples(index=False)
+    ]
+    wide = table.assign(cell=cells).pivot(index="model", columns="benchmark", values="cell")
+    wide = wide.reindex(index=list(dict.fromkeys(table["model"])), columns=benches).fillna("–")
+    return markdown(["model", *header], wide.reset_index().to_numpy().tolist())
 
 
 def paired_markdown(table: pd.DataFrame) -> str:

@@ -67,11 +67,6 @@ def judge_answers(
     return verdicts
 
 
-def judge(items: Sequence[EvalItem], completions: Sequence[str], pool) -> list[tuple[bool, str]]:
-    """(correct, detail) per (item, completion): ``judge_answers`` without the classes."""
-    return [(v.correct, v.detail) for v in judge_answers(items, completions, pool)]
-
-
 def evaluate(
     backend,
     adapters: Sequence[str],

@@ -46,8 +46,7 @@ def settings_key(data_dir: Path, limit: int | None, max_new_tokens: int, include
 
 def _adapter_by_adapter(results: pd.DataFrame) -> pd.DataFrame:
     """``results``' rows grouped by adapter (in order of first appearance), each in its order."""
-    order = {a: i for i, a in enumerate(dict.fromkeys(results["adapter_id"]))}
-    return results.sort_values("adapter_id", key=lambda s: s.map(order), kind="stable", ignore_index=True)
+    return results.sort_values("adapter_id", key=lambda s: s.factorize()[0], kind="stable", ignore_index=True)
 
 
 def _judged_chunk(path: Path, adapters: Sequence[str], items: Sequence) -> pd.DataFrame | None:

@@ -99,14 +99,12 @@ def descriptor(source: str, calibration: Calibration = REFERENCE_CALIBRATION) ->
     tree = parse(source)
     if tree is None:
         return None
-    m = complexity_metrics(source)
-    nodes = list(ast.walk(tree))
-    n = max(1, len(nodes))
-
-    def share(kinds: tuple[type, ...]) -> float:
-        return min(1.0, 3.0 * sum(isinstance(x, kinds) for x in nodes) / n)
-
-    return np.array([*_calibrated_sizes(m, calibration), share(_CONTROL), share(_DATA), share(_CALLS), share(_ARITH)])
+    nodes = list(ast.walk(tree))  # the module itself at least
+    shares = [
+        min(1.0, 3.0 * sum(isinstance(x, kinds) for x in nodes) / len(nodes))
+        for kinds in (_CONTROL, _DATA, _CALLS, _ARITH)
+    ]
+    return np.array([*_calibrated_sizes(complexity_metrics(source), calibration), *shares])
 
 
 def cvt_centroids(cells: int, seed: int, samples: int = 20_000) -> np.ndarray:

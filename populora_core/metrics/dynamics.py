@@ -89,7 +89,7 @@ def oscillation(series: Sequence[float]) -> dict[str, float]:
         return out
     steps = np.sign(np.diff(y))
     steps = steps[steps != 0]
-    out["reversals"] = float(np.sum(steps[1:] != steps[:-1]) / max(1, len(steps) - 1)) if len(steps) > 1 else 0.0
+    out["reversals"] = float(np.sum(steps[1:] != steps[:-1]) / max(1, len(steps) - 1))  # 0.0 for one step or none
     x = np.arange(len(y), dtype=float)
     residual = y - np.polyval(np.polyfit(x, y, 1), x)
     out["detrended_std"] = float(residual.std())
@@ -110,13 +110,12 @@ def solve_rates_by_source(problems: pd.DataFrame, verdicts: pd.DataFrame) -> dic
     correct = judged["status"] == "correct"
     fresh = judged["source"] == "fresh"
     per_problem = correct[fresh].groupby([judged.loc[fresh, "teacher_id"], judged.loc[fresh, "problem_id"]]).mean()
-    nan = float("nan")
-    return {
-        "fresh_solve_rate": float(correct[fresh].mean()) if fresh.any() else nan,
-        "topup_solve_rate": float(correct[~fresh].mean()) if (~fresh).any() else nan,
+    return {  # the mean of no rows is NaN
+        "fresh_solve_rate": float(correct[fresh].mean()),
+        "topup_solve_rate": float(correct[~fresh].mean()),
         "fresh_solutions": int(fresh.sum()),
         "topup_solutions": int((~fresh).sum()),
-        "fresh_rho_mean": float(per_problem.mean()) if len(per_problem) else nan,
+        "fresh_rho_mean": float(per_problem.mean()),
     }
 
 

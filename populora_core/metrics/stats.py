@@ -79,8 +79,7 @@ def paired_bootstrap(
 
     d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
     if d.size < 2:  # scipy resamples two items or more; one item resamples to itself
-        mean = float(d.mean()) if d.size else float("nan")
-        return Interval(mean, mean, mean, int(d.size))
+        return mean_interval(d)
     ci = stats.bootstrap((d,), np.mean, n_resamples=resamples, method="percentile", rng=rng).confidence_interval
     return Interval(float(d.mean()), float(ci.low), float(ci.high), int(d.size))
 

@@ -10,7 +10,7 @@ import pytest
 from populora_core.evaluation.benchmarks import load_benchmark
 from populora_core.evaluation.items import EvalItem
 from populora_core.evaluation.math_suites import judge_boxed, judge_number, last_boxed
-from populora_core.evaluation.pass_at_1 import judge
+from populora_core.evaluation.pass_at_1 import judge_answers
 from populora_core.evaluation.tables import pass_at_1
 from tests.core.evaluation.conftest import DATA, SWEEP, code_answer
 
@@ -35,15 +35,15 @@ def test_canonical_solutions_pass_and_wrong_ones_fail(benchmark, every, eval_poo
     items = load_benchmark(benchmark, DATA)
     assert len(items) == {"humaneval": 164, "humanevalplus": 164, "mbpp": 427}[benchmark]
     items = items[::every]
-    good = judge(items, [code_answer(_canonical(i)) for i in items], eval_pool)
-    failed = [(i.item_id, d) for i, (ok, d) in zip(items, good, strict=True) if not ok]
+    good = judge_answers(items, [code_answer(_canonical(i)) for i in items], eval_pool)
+    failed = [(i.item_id, d) for i, (ok, d, _) in zip(items, good, strict=True) if not ok]
     assert not failed, failed[:5]
     wrong = [code_answer(f"def {i.data.get('entry_point', 'f')}(*args, **kwargs):\n    return None") for i in items]
     if benchmark == "mbpp":  # the function name is in the asserts
         wrong = [code_answer("def _unused():\n    return None") for _ in items]
-    bad = judge(items, wrong, eval_pool)
-    assert not any(ok for ok, _ in bad)
-    assert judge(items[:3], ["no code at all"] * 3, eval_pool) == [(False, "no answer found")] * 3
+    bad = judge_answers(items, wrong, eval_pool)
+    assert not any(v.correct for v in bad)
+    assert judge_answers(items[:3], ["no code at all"] * 3, eval_pool) == [(False, "no answer found", "no_code")] * 3
 
 
 @pytest.mark.heavy  # every item of a benchmark in the sandbox
@@ -55,13 +55,13 @@ def test_cruxeval_gold_answers_score_100_percent(mode, every, eval_pool):
     items = items[::every]
     block = "output" if mode == "o" else "input"
     gold = [f"```{block}\n{i.data['output' if mode == 'o' else 'input']}\n```" for i in items]
-    verdicts = judge(items, gold, eval_pool)
-    failed = [(i.item_id, d) for i, (ok, d) in zip(items, verdicts, strict=True) if not ok]
+    verdicts = judge_answers(items, gold, eval_pool)
+    failed = [(i.item_id, d) for i, (ok, d, _) in zip(items, verdicts, strict=True) if not ok]
     assert not failed, failed[:5]
     # a wrong prediction; an input that raises (any input may be right for some functions)
     wrong_answer = "'certainly not this'" if mode == "o" else "1 / 0"
     wrong = [f"```{block}\n{wrong_answer}\n```" for _ in items[:50]]
-    assert not any(ok for ok, _ in judge(items[:50], wrong, eval_pool))
+    assert not any(v.correct for v in judge_answers(items[:50], wrong, eval_pool))
 
 
 @pytest.mark.heavy  # every item of a benchmark in the sandbox
@@ -69,13 +69,15 @@ def test_gsm8k_and_math500_gold_answers_score_100_percent(eval_pool):
     gsm = load_benchmark("gsm8k", DATA)
     assert len(gsm) == 1319
     answers = [f"Let me think.\n#### {i.data['gold']}" for i in gsm]
-    assert all(ok for ok, _ in judge(gsm, answers, eval_pool))
-    assert not any(ok for ok, _ in judge(gsm[:20], ["#### 123456789"] * 20, eval_pool))
+    assert all(v.correct for v in judge_answers(gsm, answers, eval_pool))
+    assert not any(v.correct for v in judge_answers(gsm[:20], ["#### 123456789"] * 20, eval_pool))
     math = load_benchmark("math500", DATA)
     assert len(math) == 500
     answers = [f"So the answer is $\\boxed{{{i.data['gold']}}}$." for i in math]
-    assert all(ok for ok, _ in judge(math, answers, eval_pool))
-    assert not any(ok for ok, _ in judge(math, ["So the answer is $\\boxed{-987654321.5}$."] * 500, eval_pool))
+    assert all(v.correct for v in judge_answers(math, answers, eval_pool))
+    assert not any(
+        v.correct for v in judge_answers(math, ["So the answer is $\\boxed{-987654321.5}$."] * 500, eval_pool)
+    )
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ import pytest
 
 from populora_core.evaluation.benchmarks import has_data, load_benchmark
 from populora_core.evaluation.livecodebench import decode_private_tests, load_livecodebench
-from populora_core.evaluation.pass_at_1 import judge
+from populora_core.evaluation.pass_at_1 import judge_answers
 from tests.core.evaluation.conftest import DATA, SWEEP, code_answer
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -36,12 +36,12 @@ def test_mbppplus_canonical_solutions_pass_and_wrong_ones_fail(eval_pool):
     by_id = {i.item_id: i for i in items}
     assert json.loads(by_id["Mbpp/793"].data["plus"]["inputs_json"]) == [[[1, 2, 3], 1], [[1, 1, 1, 2, 3, 4], 1], [[2, 2, 3, 3, 6, 8, 9], 3]]  # fmt: skip # noqa: E501
     sample = [by_id[t] for t in sorted(MBPP_PLUS_SAMPLE)]
-    good = judge(sample, [code_answer(i.data["plus"]["reference"]) for i in sample], eval_pool)
-    failed = [(i.item_id, d) for i, (ok, d) in zip(sample, good, strict=True) if not ok]
+    good = judge_answers(sample, [code_answer(i.data["plus"]["reference"]) for i in sample], eval_pool)
+    failed = [(i.item_id, d) for i, (ok, d, _) in zip(sample, good, strict=True) if not ok]
     assert not failed, failed[:5]
     wrong = [code_answer(f"def {i.data['entry_point']}(*args, **kwargs):\n    return None") for i in sample]
-    assert not any(ok for ok, _ in judge(sample, wrong, eval_pool))
-    assert judge(sample[:2], ["no code"] * 2, eval_pool) == [(False, "no answer found")] * 2
+    assert not any(v.correct for v in judge_answers(sample, wrong, eval_pool))
+    assert judge_answers(sample[:2], ["no code"] * 2, eval_pool) == [(False, "no answer found", "no_code")] * 2
 
 
 @pytest.mark.heavy  # every MBPP+ item, ~45 s
@@ -49,8 +49,8 @@ def test_mbppplus_canonical_solutions_pass_and_wrong_ones_fail(eval_pool):
 @SWEEP
 def test_every_mbppplus_canonical_solution_passes(every, eval_pool):
     items = load_benchmark("mbppplus", DATA)[::every]
-    good = judge(items, [code_answer(i.data["plus"]["reference"]) for i in items], eval_pool)
-    failed = [(i.item_id, d) for i, (ok, d) in zip(items, good, strict=True) if not ok]
+    good = judge_answers(items, [code_answer(i.data["plus"]["reference"]) for i in items], eval_pool)
+    failed = [(i.item_id, d) for i, (ok, d, _) in zip(items, good, strict=True) if not ok]
     assert not failed, failed[:5]
 
 
@@ -62,8 +62,8 @@ def test_mbppplus_oracles_accept_what_evalplus_accepts(eval_pool):
     rounded = "import math\ndef volume_sphere(r):\n    return 4 / 3 * math.pi * r ** 3 * (1 + 1e-9)"
     off = "import math\ndef volume_sphere(r):\n    return 4 / 3 * math.pi * r ** 3 * 1.01"
     items = [by_id["Mbpp/2"], by_id["Mbpp/82"], by_id["Mbpp/82"]]
-    verdicts = judge(items, [code_answer(c) for c in (reordered, rounded, off)], eval_pool)
-    assert [ok for ok, _ in verdicts] == [True, True, False], verdicts
+    verdicts = judge_answers(items, [code_answer(c) for c in (reordered, rounded, off)], eval_pool)
+    assert [v.correct for v in verdicts] == [True, True, False], verdicts
 
 
 def _lcb_items():
@@ -106,8 +106,8 @@ def test_livecodebench_gold_passes_and_wrong_fails(eval_pool):
     lcb = _lcb_items()
     stdin, functional = lcb["atcoder"], lcb["leetcode"]
     items = [stdin] * len(STDIN_GOLD) + [functional] * len(FUNCTIONAL_GOLD)
-    verdicts = judge(items, [code_answer(c) for c in STDIN_GOLD + FUNCTIONAL_GOLD], eval_pool)
-    assert all(ok for ok, _ in verdicts), verdicts
+    verdicts = judge_answers(items, [code_answer(c) for c in STDIN_GOLD + FUNCTIONAL_GOLD], eval_pool)
+    assert all(v.correct for v in verdicts), verdicts
     wrong = {
         "print(sum(map(int, open(0).read().split()[1:])))": stdin,  # the sum only
         "n = int(input())\nprint(6)\nprint('2.00')": stdin,  # right on the public test only
@@ -116,9 +116,9 @@ def test_livecodebench_gold_passes_and_wrong_fails(eval_pool):
         "class Solution:\n    def addToAll(self, nums, k):\n        return nums if k == 4 else []": functional,
         "class Solution:\n    def other(self, nums, k):\n        return nums": functional,
     }
-    verdicts = judge(list(wrong.values()), [code_answer(c) for c in wrong], eval_pool)
-    assert not any(ok for ok, _ in verdicts), verdicts
-    assert judge([stdin], ["no code"], eval_pool) == [(False, "no answer found")]
+    verdicts = judge_answers(list(wrong.values()), [code_answer(c) for c in wrong], eval_pool)
+    assert not any(v.correct for v in verdicts), verdicts
+    assert judge_answers([stdin], ["no code"], eval_pool) == [(False, "no answer found", "no_code")]
 
 
 def _packed(value) -> str:

@@ -11,7 +11,7 @@ import pytest
 from populora_core.evaluation.benchmarks import load_benchmark
 from populora_core.evaluation.failures import CODE, FORMAT, unfenced_code
 from populora_core.evaluation.items import EvalItem
-from populora_core.evaluation.pass_at_1 import judge, judge_answers
+from populora_core.evaluation.pass_at_1 import judge_answers
 from tests.core.evaluation.conftest import DATA, code_answer
 
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not at {DATA}")
@@ -53,7 +53,8 @@ def test_every_humanevalplus_failure_gets_its_class(eval_pool):
     assert got == {name: name.split(",")[0] for name in HUMANEVAL_CASES}
     # the classes say why; the verdicts are the judge's own
     completions = [c for c, _ in HUMANEVAL_CASES.values()]
-    assert [ok for ok, _ in judge(items, completions, eval_pool)] == [n.startswith("passed") for n in HUMANEVAL_CASES]
+    verdicts = judge_answers(items, completions, eval_pool)
+    assert [v.correct for v in verdicts] == [n.startswith("passed") for n in HUMANEVAL_CASES]
 
 
 def test_mbppplus_and_cruxeval_failures_get_their_classes(eval_pool):

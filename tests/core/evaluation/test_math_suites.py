@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from populora_core.evaluation.benchmarks import load_benchmark
-from populora_core.evaluation.pass_at_1 import judge
+from populora_core.evaluation.pass_at_1 import judge_answers
 from tests.core.evaluation.conftest import DATA
 
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not at {DATA}")
@@ -24,8 +24,12 @@ def _boxed(answer: str) -> str:
 
 
 def _score(items, completions) -> float:
-    verdicts = judge(items, completions, pool=None)  # text judges: no program runs
-    return sum(ok for ok, _ in verdicts) / len(verdicts)
+    verdicts = judge_answers(items, completions, pool=None)  # text judges: no program runs
+    return sum(v.correct for v in verdicts) / len(verdicts)
+
+
+def _passed(items, answers: list[str]) -> list[bool]:
+    return [v.correct for v in judge_answers(items, [_boxed(a) for a in answers], pool=None)]
 
 
 def _gold_text(item) -> str:
@@ -59,7 +63,7 @@ def test_aime_answers_compare_as_integers():
     zero_padded = next(i for i in aime24.values() if i.data["gold"].startswith("0"))  # e.g. "025"
     value = int(zero_padded.data["gold"])
     answers = [str(value), zero_padded.data["gold"], f"{value}.0", f"{value}^\\circ", str(value + 1)]
-    assert [ok for ok, _ in judge([zero_padded] * 5, [_boxed(a) for a in answers], None)] == [True] * 4 + [False]
+    assert _passed([zero_padded] * 5, answers) == [True] * 4 + [False]
 
 
 def test_aime25_degree_quirk():
@@ -67,7 +71,7 @@ def test_aime25_degree_quirk():
     quirk = [i for i in items if "^\\circ" in i.data["gold"]]
     assert [(i.item_id, i.data["gold"]) for i in quirk] == [("aime25/II-5", "336^\\circ")]
     answers = ["336", "336^\\circ", "336^{\\circ}", "336.", "335", "336 + 1"]
-    assert [ok for ok, _ in judge(quirk * 6, [_boxed(a) for a in answers], None)] == [True] * 4 + [False] * 2
+    assert _passed(quirk * 6, answers) == [True] * 4 + [False] * 2
 
 
 def test_amc23_answers_compare_numerically():
@@ -75,14 +79,14 @@ def test_amc23_answers_compare_numerically():
     first = items["amc23/0"]
     assert first.data["gold"] == 27.0
     answers = ["27", "27.0", "\\frac{54}{2}", "27.5", "28"]
-    assert [ok for ok, _ in judge([first] * 5, [_boxed(a) for a in answers], None)] == [True] * 3 + [False] * 2
+    assert _passed([first] * 5, answers) == [True] * 3 + [False] * 2
 
 
 def test_minerva_gold_is_the_last_boxed_answer_of_the_solution():
     first = load_benchmark("minerva_math", DATA)[0]
     assert first.data["gold"] == "1.6"  # "... =\boxed{1.6} \mathrm{~cm}"
     answers = ["1.6", "1.60", "1.6 \\text{ cm}", "\\frac{8}{5}", "1.7"]
-    assert [ok for ok, _ in judge([first] * 5, [_boxed(a) for a in answers], None)] == [True] * 4 + [False]
+    assert _passed([first] * 5, answers) == [True] * 4 + [False]
 
 
 def _olympiad(item_id: str):
@@ -95,24 +99,23 @@ def test_olympiadbench_tuples_compare_element_wise_in_any_order():
     good = ["(4,5,7),(1,8,19),(2,7,13)", "(1, 8, 19), (2, 7, 13), (4, 5, 7)", "(1,8,19),(2,7,13),(4,5,\\frac{14}{2})"]
     good += ["(1,8,19),(2,7,13),[4,5,7]"]  # math-verify reads a bracketed triple as the triple
     bad = ["(1,8,19),(2,7,13)", "(1,8,19),(2,7,13),(4,7,5)", "(1,8,19,2,7,13,4,5,7)"]
-    verdicts = judge([item] * 7, [_boxed(a) for a in good + bad], None)
-    assert [ok for ok, _ in verdicts] == [True] * 4 + [False] * 3
+    assert _passed([item] * 7, good + bad) == [True] * 4 + [False] * 3
 
 
 def test_olympiadbench_intervals_compare_by_brackets_and_endpoints():
     closed = _olympiad("olympiadbench/2410")
     assert closed.data["gold"] == "[\\frac{1}{2}, 8]" and closed.data["answer_type"] == "Interval"
     answers = ["[0.5, 8]", "\\left[\\frac12,8\\right]", "(\\frac{1}{2}, 8]", "[\\frac{1}{2}, 9]"]
-    assert [ok for ok, _ in judge([closed] * 4, [_boxed(a) for a in answers], None)] == [True, True, False, False]
+    assert _passed([closed] * 4, answers) == [True, True, False, False]
     union = _olympiad("olympiadbench/2298")
     assert union.data["gold"] == "(-\\sqrt{11},-2)\\cup (\\sqrt{11},9)"
     answers = ["(-\\sqrt{11}, -2) \\cup (\\sqrt{11}, 9)", "(-11^{1/2},-2)\\cup(11^{1/2},9)", "(-\\sqrt{11},-2)"]
-    assert [ok for ok, _ in judge([union] * 3, [_boxed(a) for a in answers], None)] == [True, True, False]
+    assert _passed([union] * 3, answers) == [True, True, False]
 
 
 def _equal(item, gold: str, answers: list[str]) -> list[bool]:
     item = replace(item, data=item.data | {"gold": gold})
-    return [ok for ok, _ in judge([item] * len(answers), [_boxed(a) for a in answers], None)]
+    return _passed([item] * len(answers), answers)
 
 
 def test_olympiadbench_expressions_by_value_and_multiple_answers_in_any_order():

@@ -8,7 +8,7 @@ import pytest
 
 from populora_core.evaluation.benchmarks import load_benchmark
 from populora_core.evaluation.mathverify import MathVerifier
-from populora_core.evaluation.pass_at_1 import judge
+from populora_core.evaluation.pass_at_1 import judge_answers
 from tests.core.evaluation.conftest import DATA
 
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"benchmark data not at {DATA}")
@@ -23,16 +23,16 @@ def test_equal_numbers_written_otherwise_are_accepted_and_near_misses_are_not(ma
     cases = [("9", "9.0", True), ("2220", "2,220", True), ("\\frac{3}{2}", "1.5", True), ("\\frac{3}{2}", "3/2", True)]
     cases += [("9", "10", False), ("\\frac{3}{2}", "\\frac{4}{2}", False), ("2220", "2,221", False)]
     items = [math500[g] for g, _, _ in cases]
-    verdicts = judge(items, [f"So the answer is $\\boxed{{{a}}}$." for _, a, _ in cases], pool=None)
-    assert [ok for ok, _ in verdicts] == [t for _, _, t in cases]
+    verdicts = judge_answers(items, [f"So the answer is $\\boxed{{{a}}}$." for _, a, _ in cases], pool=None)
+    assert [v.correct for v in verdicts] == [t for _, _, t in cases]
 
 
 def test_model_text_is_never_evaluated(math500, tmp_path):
     marker = tmp_path / "ran"
     payload = f"__import__('pathlib').Path({str(marker)!r}).touch()"
     item = math500["9"]
-    verdicts = judge([item] * 2, [f"The answer is {payload}", f"$\\boxed{{{payload}}}$"], pool=None)
-    assert [ok for ok, _ in verdicts] == [False, False] and not marker.exists()
+    verdicts = judge_answers([item] * 2, [f"The answer is {payload}", f"$\\boxed{{{payload}}}$"], pool=None)
+    assert [v.correct for v in verdicts] == [False, False] and not marker.exists()
 
 
 def test_a_worker_that_does_not_answer_in_time_is_replaced_and_unreadable_answers_get_no_verdict():

@@ -18,7 +18,7 @@ import pytest
 from populora_core.evaluation.benchmarks import load_benchmark
 from populora_core.evaluation.harness_calls import program_prelude
 from populora_core.evaluation.livecodebench import load_livecodebench
-from populora_core.evaluation.pass_at_1 import judge
+from populora_core.evaluation.pass_at_1 import judge_answers
 from populora_core.sandbox import Job
 from populora_core.sandbox.harness_copy import HARNESS_MOUNT, HARNESS_PACKAGE
 from tests.conftest import start_pool
@@ -143,9 +143,9 @@ def test_a_reformatted_harness_judges_every_canonical_solution_right(reformatted
     assert {i.benchmark for i in items} == {
         "humaneval", "humanevalplus", "mbpp", "mbppplus", "cruxeval_o", "cruxeval_i", "livecodebench"
     }  # fmt: skip
-    verdicts = judge(items, good, reformatted_pool)
-    failed = [(i.benchmark, i.item_id, d) for i, (ok, d) in zip(items, verdicts, strict=True) if not ok]
+    verdicts = judge_answers(items, good, reformatted_pool)
+    failed = [(i.benchmark, i.item_id, d) for i, (ok, d, _) in zip(items, verdicts, strict=True) if not ok]
     assert not failed, failed[:5]
-    verdicts = judge(items, bad, reformatted_pool)
-    passed = [(i.benchmark, i.item_id) for i, (ok, _) in zip(items, verdicts, strict=True) if ok]
+    verdicts = judge_answers(items, bad, reformatted_pool)
+    passed = [(i.benchmark, i.item_id) for i, (ok, _, _) in zip(items, verdicts, strict=True) if ok]
     assert not passed, passed[:5]
