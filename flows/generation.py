@@ -15,7 +15,6 @@ process left Running to Crashed; as a subflow its parent did both.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from prefect import flow
@@ -59,7 +58,7 @@ def generation_flow(run_dir: str, generation: int | None = None, until: str | No
     if flow_run.get_parent_flow_run_id() is not None:  # the training flow holds the lock
         return run_generation(run, generation, until)
     with run.lock(lock_holder()):
-        started = datetime.now(UTC)
+        started = time.time()
         crash_orphans(run)
         record = run_generation(run, generation, until)
         crash_orphans(run, attempt_started=started)  # what the server recorded late (tasks.orphans)

@@ -14,7 +14,7 @@ automation does, once the dead runs' heartbeats stop (``flows.automations``).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
 from pathlib import Path
 
 from prefect import flow
@@ -87,7 +87,7 @@ def _continue(run: RunDir, target: int, recompute: list[str]) -> dict:
     crashing what a dead process left Running, recomputing the artifacts ``recompute``
     names and checking that no complete generation's artifact is damaged (it would name
     the command that recomputes it)."""
-    started = datetime.now(UTC)
+    started = time.time()
     crashed = crash_orphans(run)
     if crashed:
         print(f"set to Crashed (their process died): {', '.join(crashed)}")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import socket
-from datetime import datetime
 from pathlib import Path
 from uuid import UUID
 
@@ -51,14 +50,28 @@ def _ancestors(client, flow_run_id: str | None) -> set[UUID]:
     return out
 
 
-def crash_orphans(run: RunDir, *, attempt_started: datetime | None = None) -> list[str]:
+def _not_this_attempts(tasks: list, flow_run_id: str | None, attempt_started: float | None) -> list:
+    """``tasks`` less the current flow run's task runs that started at or after ``attempt_started``
+    (``time.time()`` when this attempt began; all of ``tasks`` when None). The server records
+    task runs from events, a moment after they are sent, so one a dead attempt started just
+    before its kill may appear only after the first sweep (seen after a UI Retry): a second
+    sweep at the attempt's end crashes it, and leaves this attempt's own alone."""
+    if attempt_started is None or flow_run_id is None:
+        return tasks
+    current = UUID(str(flow_run_id))
+
+    def own(t) -> bool:
+        started = t.start_time or t.expected_start_time
+        return t.flow_run_id == current and (started is None or started.timestamp() >= attempt_started)
+
+    return [t for t in tasks if not own(t)]
+
+
+def crash_orphans(run: RunDir, *, attempt_started: float | None = None) -> list[str]:
     """Sets this run's flow runs (and their task runs) still Running under a dead process
     to Crashed; returns the names of the flow runs crashed. Call it holding the run's lock,
     at the start of a top-level flow (its own task runs still Running are a dead attempt's),
-    and again at its end with ``attempt_started``, when this attempt began: the server records
-    task runs from events, a moment after they are sent, so a task run a dead attempt started
-    just before its kill may appear only after the first sweep (seen after a UI Retry). At the
-    end only those of the current flow run that started before ``attempt_started`` are its."""
+    and at its end with ``attempt_started`` (``_not_this_attempts``)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         FlowRunFilter,
@@ -109,11 +122,7 @@ def crash_orphans(run: RunDir, *, attempt_started: datetime | None = None) -> li
         tasks = client.read_task_runs(
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)), task_run_filter=live_tasks
         )
-        current = UUID(str(current.get_id())) if current.get_id() else None
-        for t in tasks:
-            started = t.start_time or t.expected_start_time
-            if attempt_started and t.flow_run_id == current and (started is None or started >= attempt_started):
-                continue  # this attempt's own
+        for t in _not_this_attempts(tasks, current.get_id(), attempt_started):
             client.set_task_run_state(t.id, Crashed(message=f"Task run {message}"), force=True)
         for f in orphans:
             client.set_flow_run_state(f.id, Crashed(message=f"Flow run {message}"), force=True)
