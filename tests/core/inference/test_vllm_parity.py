@@ -100,25 +100,24 @@ def assert_same_greedy(hf: HFBackend, requests, got: list[list[int]], expected: 
 
 
 @pytest.fixture(scope="module")
-def server(setup) -> Iterator[VLLMBackend]:
+def vllm(setup) -> Iterator[VLLMBackend]:
     """One server for the module's `make test` tests (a start costs about a minute): float32,
     prefix caching on small blocks, a LoRA slot to spare for an adapter rewritten in place."""
     path, _, tokenizer, _, ids, _ = setup
     extra = ["--enable-prefix-caching", "--block-size", str(BLOCK)]
     with VLLMBackend(
         path, tokenizer, dtype="float32", max_loras=len(ids) + 1, max_lora_rank=8, max_model_len=1024, extra_args=extra
-    ) as vllm:
-        yield vllm
+    ) as backend:
+        yield backend
 
 
-def test_greedy_tokens_match_hf(setup, hf, server):
+def test_greedy_tokens_match_hf(setup, hf, vllm):
     _, _, _, root, ids, shapes = setup
     for a in ids:
         hf.load_adapter(a, root / a)
     requests = [GenerationRequest(p, adapter=a) for a in [*ids, BASE] for p in PROMPTS]
     params = SamplingParams(temperature=0.0, max_new_tokens=12)
     expected = [c[0].token_ids for c in hf.generate(requests, params)]
-    vllm = server
     for a in ids:
         vllm.load_adapter(a, root / a)
     got = vllm.generate(requests, params)
@@ -158,9 +157,9 @@ def test_greedy_tokens_match_hf(setup, hf, server):
     save_adapter(next(iter(create_population(
         PopulationConfig(teachers=1, students=1, rank=8, alpha=16, init_b_std=0.2), RatingConfig(), shapes, seed=11
     )[1].values())), root / ids[0])  # fmt: skip
-    server = vllm.servers[0]
-    _post(f"{server.url}/v1/unload_lora_adapter", {"lora_name": name}, 60)
-    _post(f"{server.url}/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, 60)
+    url = vllm.servers[0].url
+    _post(f"{url}/v1/unload_lora_adapter", {"lora_name": name}, 60)
+    _post(f"{url}/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, 60)
     hits = _cache_hits(vllm)
     vllm.generate(long, params)
     assert _cache_hits(vllm) - hits >= 4 * BLOCK, "vLLM keys its cache on the adapter's name and path"
@@ -171,14 +170,13 @@ def test_greedy_tokens_match_hf(setup, hf, server):
     assert short_out[0].token_ids
 
 
-def test_sampling_acts_as_configured_and_its_logprobs_are_the_learners(setup, hf, server):
+def test_sampling_acts_as_configured_and_its_logprobs_are_the_learners(setup, hf, vllm):
     """Sampling through vLLM: a seed gives the same tokens twice, the n samples of one request
     differ, top-k 1 is greedy; the log-probabilities it returns are the raw model's (what the
     learner computes), within float32 kernels' differences of HF's on the same tokens."""
     from populora_core.training.rollouts import token_logprobs
 
     _, _, _, root, ids, _ = setup
-    vllm = server
     for a in ids:  # as they are on disk (the greedy test rewrites one)
         hf.load_adapter(a, root / a)
         vllm.load_adapter(a, root / a)
